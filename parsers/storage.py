@@ -1,0 +1,233 @@
+"""Parquet storage layout of ingested data (the contract is ``docs/data-layout.md``).
+
+Everything lives under one *data root*::
+
+    <root>/objects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input-stem>.parquet
+    <root>/labels/source=<src>/part-<input-stem>.parquet
+    <root>/rejects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input-stem>.parquet
+    <root>/state/drain3-<src>.json
+
+Choices made here:
+
+* Schemas are fixed ``pyarrow`` schemas, so an empty table written by an ingest run still
+  has the right column types and readers never have to guess.
+* ``ts`` is ``timestamp[us]`` without a time zone; writers store UTC wall-clock time.
+* Writes are atomic: the table goes to a hidden temp file in the target folder, then
+  ``os.replace`` moves it over ``part-<stem>.parquet``. Re-ingesting the same input for the
+  same partition therefore *replaces* the part file, never appends to it.
+* Readers only look at ``part-*.parquet`` files, so a temp file left by a crash is ignored.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import logging
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+logger = logging.getLogger(__name__)
+
+OBJECTS_SCHEMA = pa.schema(
+    [
+        pa.field("sequence_id", pa.string(), nullable=False),
+        pa.field("step", pa.int64(), nullable=False),
+        pa.field("ts", pa.timestamp("us"), nullable=True),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("value", pa.string(), nullable=False),
+        pa.field("template_id", pa.int64(), nullable=True),
+    ]
+)
+LABELS_SCHEMA = pa.schema(
+    [
+        pa.field("sequence_id", pa.string(), nullable=False),
+        pa.field("label", pa.string(), nullable=False),
+    ]
+)
+REJECTS_SCHEMA = pa.schema(
+    [
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("line_no", pa.int64(), nullable=False),
+        pa.field("reason", pa.string(), nullable=False),
+        pa.field("raw", pa.string(), nullable=False),
+    ]
+)
+
+#: Rejected raw text is cut to this many characters (the contract says 1 KiB).
+RAW_LIMIT = 1024
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _check_source(source: str) -> str:
+    if not source or _UNSAFE_NAME.search(source):
+        raise ValueError(f"source must be a non-empty name of [A-Za-z0-9_.-], got {source!r}")
+    return source
+
+
+def ingest_date_str(ingest_date: str | dt.date | None = None) -> str:
+    """``YYYY-MM-DD`` for the partition; ``None`` means today's date (UTC)."""
+    if ingest_date is None:
+        return dt.datetime.now(dt.UTC).date().isoformat()
+    if isinstance(ingest_date, dt.datetime):
+        return ingest_date.date().isoformat()
+    if isinstance(ingest_date, dt.date):
+        return ingest_date.isoformat()
+    return dt.date.fromisoformat(str(ingest_date)).isoformat()  # validates the format
+
+
+def part_name(input_path: str | os.PathLike) -> str:
+    """``part-<input-stem>.parquet``; ``events.jsonl.gz`` gives ``part-events.parquet``
+    (same part as the uncompressed file, so re-ingesting either one replaces it)."""
+    name = Path(input_path).name.removesuffix(".gz")
+    stem = Path(name).stem or "input"
+    return f"part-{_UNSAFE_NAME.sub('_', stem)}.parquet"
+
+
+def objects_dir(root: str | os.PathLike, source: str) -> Path:
+    """``<root>/objects/source=<src>`` (holds one ``ingest_date=`` folder per day)."""
+    return Path(root) / "objects" / f"source={_check_source(source)}"
+
+
+def labels_dir(root: str | os.PathLike, source: str) -> Path:
+    return Path(root) / "labels" / f"source={_check_source(source)}"
+
+
+def rejects_dir(root: str | os.PathLike, source: str) -> Path:
+    return Path(root) / "rejects" / f"source={_check_source(source)}"
+
+
+def objects_path(root, source: str, ingest_date, input_path) -> Path:
+    """Part file of the objects table for one input file and one ingest date."""
+    day = ingest_date_str(ingest_date)
+    return objects_dir(root, source) / f"ingest_date={day}" / part_name(input_path)
+
+
+def rejects_path(root, source: str, ingest_date, input_path) -> Path:
+    day = ingest_date_str(ingest_date)
+    return rejects_dir(root, source) / f"ingest_date={day}" / part_name(input_path)
+
+
+def labels_path(root, source: str, input_path) -> Path:
+    return labels_dir(root, source) / part_name(input_path)
+
+
+def drain_state_path(root: str | os.PathLike, source: str) -> Path:
+    """``<root>/state/drain3-<src>.json``: Drain3 persistence, continued across runs."""
+    return Path(root) / "state" / f"drain3-{_check_source(source)}.json"
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def write_parquet_atomic(
+    table: pa.Table | pl.DataFrame, path: str | os.PathLike, schema: pa.Schema | None = None
+) -> Path:
+    """Write ``table`` to ``path`` atomically (temp file in the same folder, then ``os.replace``).
+
+    A polars frame is converted to Arrow first; with ``schema`` the table is cast to it, so
+    column order and types are exactly the contract's.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(table, pl.DataFrame):
+        table = table.to_arrow()
+    if schema is not None:
+        table = table.select(schema.names).cast(schema)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    logger.debug("wrote %d rows to %s", table.num_rows, path)
+    return path
+
+
+def write_bytes_atomic(data: bytes, path: str | os.PathLike) -> None:
+    """Same temp-then-replace pattern for a small binary file (the Drain3 state)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def rejects_table(file: str, rows: list[tuple[int, str, str]]) -> pa.Table:
+    """Build a rejects table from ``(line_no, reason, raw)`` tuples (raw cut to 1 KiB)."""
+    return pa.table(
+        {
+            "file": [file] * len(rows),
+            "line_no": [r[0] for r in rows],
+            "reason": [r[1] for r in rows],
+            "raw": [r[2][:RAW_LIMIT] for r in rows],
+        },
+        schema=REJECTS_SCHEMA,
+    )
+
+
+def write_rejects(root, source: str, ingest_date, input_path, rows: list[tuple[int, str, str]]) -> Path | None:
+    """Write one input's rejects part; with no rejects, remove a stale part of an earlier run
+    (so re-ingesting a fixed file clears its old rejects)."""
+    path = rejects_path(root, source, ingest_date, input_path)
+    if not rows:
+        path.unlink(missing_ok=True)
+        return None
+    logger.warning("%s: %d lines rejected (first: line %d, %s)", input_path, len(rows), rows[0][0], rows[0][1])
+    return write_parquet_atomic(rejects_table(str(input_path), rows), path)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def open_input(path: str | os.PathLike):
+    """Binary line reader of an input file; ``.gz`` files are decompressed on the fly."""
+    path = Path(path)
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:
+    files = sorted(folder.glob("**/part-*.parquet")) if folder.exists() else []
+    if not files:
+        return pl.from_arrow(schema.empty_table())
+    # Read the files ourselves (not hive discovery) so partition columns do not leak in.
+    tables = [pq.read_table(f, schema=schema) for f in files]
+    return pl.from_arrow(pa.concat_tables(tables))
+
+
+def read_objects(root: str | os.PathLike, source: str, ingest_date: str | None = None) -> pl.DataFrame:
+    """Object rows of a source: ``sequence_id, step, ts, key, value, template_id``.
+
+    ``ingest_date=None`` reads every ingest date; a date reads only that partition (what a
+    pipeline run for one data interval must do, so that re-ingesting the same input under a new
+    date never doubles the values). ``step`` is the position within the input file."""
+    folder = objects_dir(root, source)
+    if ingest_date is not None:
+        folder = folder / f"ingest_date={ingest_date_str(ingest_date)}"
+    return _read_parts(folder, OBJECTS_SCHEMA)
+
+
+def read_labels(root: str | os.PathLike, source: str) -> pl.DataFrame:
+    """``sequence_id, label`` of a source (all label files)."""
+    return _read_parts(labels_dir(root, source), LABELS_SCHEMA)
+
+
+def read_rejects(root: str | os.PathLike, source: str) -> pl.DataFrame:
+    """``file, line_no, reason, raw`` of a source, every ingest date."""
+    return _read_parts(rejects_dir(root, source), REJECTS_SCHEMA)

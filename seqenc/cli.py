@@ -1,0 +1,132 @@
+"""The ``seqenc`` command.
+
+    seqenc demo --out DIR          the main job on the built-in data (generate, ingest, train, score)
+    seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects
+    seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
+    seqenc score --model DIR --input PARQUET_ROOT --source SRC --out FILE
+
+Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+
+def _print_summary(summary: dict) -> None:
+    rows = []
+    for task, metrics in summary["metrics"].items():
+        rows.append((task, "  ".join(f"{k}={v:.3f}" for k, v in metrics.items())))
+    width = max(len(t) for t, _ in rows)
+    print("\nseqenc demo — test-split metrics (TVM-KA, interleaved training)")
+    print("-" * 72)
+    for task, text in rows:
+        print(f"{task:<{width}}  {text}")
+    print("-" * 72)
+    print(f"wall time: {summary['seconds']:.1f} s")
+    print("predictions:")
+    for path in summary["predictions"]:
+        print(f"  {path}")
+    from training.tracking import ui_command
+
+    print(f"MLflow runs: {', '.join(summary['run_ids'])}")
+    print(f"open the MLflow UI:  {ui_command(summary['mlflow_tracking_uri'])}")
+
+
+def cmd_demo(args) -> int:
+    from training.pipeline import run_demo
+
+    summary = run_demo(args.out, size=args.size, seed=args.seed, progress=not args.no_progress)
+    _print_summary(summary)
+    print(f"summary: {args.out}/summary.json")
+    return 0
+
+
+def cmd_ingest_logs(args) -> int:
+    from parsers.logs import ingest_labels, ingest_logs
+
+    report = ingest_logs(args.file, args.root, source=args.source, preset=args.preset, ingest_date=args.date)
+    if args.labels:
+        ingest_labels(args.labels, args.root, args.source, id_column=args.label_id_column,
+                      label_column=args.label_column)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def cmd_ingest_events(args) -> int:
+    from parsers.events import ingest_events
+
+    report = ingest_events(args.file, args.root, source=args.source, session_field=args.session_field,
+                           ts_field=args.ts_field, ingest_date=args.date)
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
+def cmd_score(args) -> int:
+    from parsers.storage import read_objects, write_parquet_atomic
+    from training.scoring import score_objects
+
+    predictions = score_objects(args.model, read_objects(args.input, args.source), progress=not args.no_progress)
+    write_parquet_atomic(predictions, args.out)
+    print(f"scored {predictions.height} sequences -> {args.out}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="run the whole pipeline on the built-in data")
+    demo.add_argument("--out", required=True, help="output directory (data, models, MLflow store, summary.json)")
+    demo.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in data and model size")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    demo.set_defaults(func=cmd_demo)
+
+    ingest = sub.add_parser("ingest", help="turn raw logs or JSON events into Parquet key-value objects")
+    isub = ingest.add_subparsers(dest="kind", required=True)
+    logs = isub.add_parser("logs", help="raw log file -> Drain3 templates and named parameters")
+    logs.add_argument("file", help="raw log file")
+    logs.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
+    logs.add_argument("--source", default="hdfs", help="source name (partition key)")
+    logs.add_argument("--preset", default="hdfs", help="log format preset")
+    logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
+    logs.add_argument("--labels", default=None, help="optional labels CSV")
+    logs.add_argument("--label-id-column", default="BlockId")
+    logs.add_argument("--label-column", default="Label")
+    logs.set_defaults(func=cmd_ingest_logs)
+    events = isub.add_parser("events", help="JSON Lines events (optionally .gz) -> flattened dotted keys")
+    events.add_argument("file")
+    events.add_argument("--root", required=True)
+    events.add_argument("--source", default="sessions")
+    events.add_argument("--session-field", default="session_id")
+    events.add_argument("--ts-field", default="ts")
+    events.add_argument("--date", default=None)
+    events.set_defaults(func=cmd_ingest_events)
+
+    score = sub.add_parser("score", help="score sequences with a saved model bundle")
+    score.add_argument("--model", required=True, help="model bundle directory")
+    score.add_argument("--input", required=True, help="data root holding the objects Parquet")
+    score.add_argument("--source", required=True)
+    score.add_argument("--out", required=True, help="predictions Parquet file")
+    score.add_argument("--no-progress", action="store_true")
+    score.set_defaults(func=cmd_score)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("alembic", "mlflow.store", "drain3"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""One configuration for the whole TVM-KA stack.
+
+Every module in :mod:`seqenc.model` is built from a :class:`TVMKAConfig`. The config travels
+with the weights (``config.json`` beside ``model.safetensors``), so a saved model can be
+rebuilt without any other input.
+
+Vocabulary used everywhere: ``d_model`` (width), ``n_layers``, ``n_heads`` (h),
+``n_shared_heads`` (p, the heads whose Q/K/V weights the TVM and the KA share), ``d_ff``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TASKS = ("binary", "multiclass")
+
+
+@dataclass
+class TVMKAConfig:
+    # --- tokens -----------------------------------------------------------------------------
+    vocab_size: int = 8192
+    pad_token_id: int = 0
+    max_positions: int = 512  # TVM window, in tokens, including [CLS] k [VAL_SEP]
+    type_vocab_size: int = 2  # kept for checkpoint compatibility with BERT (always type 0)
+
+    # --- encoder (shared by TVM and KA: "the same architecture") ----------------------------
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 8
+    n_shared_heads: int = 4  # p in the paper; 0 disables sharing
+    d_ff: int = 1024
+    hidden_act: str = "gelu"
+    dropout: float = 0.1
+    attn_dropout: float = 0.1
+    layer_norm_eps: float = 1e-12
+    attn_backend: str = "sdpa"  # a key of seqenc.attention.ATTENTION_BACKENDS
+    # std of the normal init of weights; None = d_model ** -0.5. BERT's fixed 0.02 suits 768-wide
+    # models; at the small widths a CPU affords it leaves the attention path at ~1% of the
+    # residual stream, so the [CLS] output (KR) barely depends on the values.
+    initializer_range: float | None = None
+
+    # --- DropHead on the shared heads, TVM only, training only (paper: 0.2) ----------------
+    drophead: float = 0.2
+
+    # --- value sequences longer than the window ---------------------------------------------
+    # "window": split S(k) into windows that each start with [CLS] k [VAL_SEP] and mean-pool
+    # the windows' [CLS] vectors into KR(k); "truncate": keep only the most recent values.
+    long_sequences: str = "window"
+    max_windows: int = 64  # safety bound per key; windows past it are counted and logged
+
+    # --- task head on the KA ----------------------------------------------------------------
+    task: str = "binary"
+    n_classes: int = 2
+    class_names: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
+        if not 0 <= self.n_shared_heads <= self.n_heads:
+            raise ValueError(f"n_shared_heads={self.n_shared_heads} must lie in [0, {self.n_heads}]")
+        if not 0.0 <= self.drophead < 1.0:
+            raise ValueError(f"drophead={self.drophead} must lie in [0, 1)")
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r} is not one of {TASKS}")
+        if self.long_sequences not in ("window", "truncate"):
+            raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
+
+    @property
+    def init_std(self) -> float:
+        return self.initializer_range if self.initializer_range is not None else self.d_model ** -0.5
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    # --- persistence ------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TVMKAConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown config fields: {unknown}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True))
+
+    @classmethod
+    def load(cls, path: str | Path) -> TVMKAConfig:
+        return cls.from_dict(json.loads(Path(path).read_text()))

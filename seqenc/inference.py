@@ -1,0 +1,100 @@
+"""Batched inference: windows -> KR(k) for every key of every sequence -> KA predictions.
+
+KR computation is batched across keys *and* sequences: all windows are sorted by length and
+packed into batches of about ``batch_tokens`` tokens (little padding), encoded by the TVM, and
+the window [CLS] vectors are pooled back per key. The same functions refresh the KR cache
+during training and score new data in production.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from seqenc.model import TVMKA, KeyAggregator, TemporalValueModeler, pool_windows
+from seqenc.sequences import TokenizedSequences
+
+
+def pad_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists: -> input_ids [B, L] long, attention_mask [B, L] bool."""
+    L = max(len(r) for r in rows)
+    ids = torch.full((len(rows), L), pad_id, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return ids, ids != pad_id
+
+
+def length_batches(lengths: np.ndarray, batch_tokens: int, max_rows: int = 4096) -> list[np.ndarray]:
+    """Indexes sorted by length, cut into batches of at most ~batch_tokens padded tokens."""
+    order = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end - start + 1) * lengths[order[end]] <= batch_tokens \
+                and end - start < max_rows:
+            end += 1
+        batches.append(order[start:end])
+        start = end
+    return batches
+
+
+@torch.no_grad()
+def key_representations(
+    tvm: TemporalValueModeler,
+    data: TokenizedSequences,
+    pad_id: int,
+    batch_tokens: int = 32768,
+    device: str | torch.device = "cpu",
+    progress: bool = True,
+) -> torch.Tensor:
+    """KR(k) for every key row of ``data``: [n_key_rows, d_model] float32 on CPU.
+
+    The TVM runs in eval mode (no dropout, no DropHead); its training mode is restored after.
+    """
+    was_training = tvm.training
+    tvm.eval()
+    lengths = np.fromiter((len(w) for w in data.windows), dtype=np.int64, count=len(data.windows))
+    cls_vectors = torch.empty(len(data.windows), tvm.config.d_model)
+    for idx in tqdm(length_batches(lengths, batch_tokens), desc="key representations",
+                    disable=not progress, leave=False):
+        ids, mask = pad_batch([data.windows[i] for i in idx], pad_id)
+        cls_vectors[torch.as_tensor(idx)] = tvm.key_representations(ids.to(device), mask.to(device)).float().cpu()
+    tvm.train(was_training)
+    return pool_windows(cls_vectors, torch.as_tensor(data.window_key), len(data.keys))
+
+
+def gather_keys(kr: torch.Tensor, offsets: np.ndarray, seq_index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """KRs of some sequences, padded: -> [B, K_max, d_model], key_mask [B, K_max] bool."""
+    counts = [int(offsets[i + 1] - offsets[i]) for i in seq_index]
+    K = max(max(counts), 1)
+    out = torch.zeros(len(seq_index), K, kr.size(1), dtype=kr.dtype)
+    mask = torch.zeros(len(seq_index), K, dtype=torch.bool)
+    for b, (i, n) in enumerate(zip(seq_index, counts)):
+        out[b, :n] = kr[offsets[i]: offsets[i] + n]
+        mask[b, :n] = True
+    return out, mask
+
+
+@torch.no_grad()
+def ka_probabilities(
+    ka: KeyAggregator, kr: torch.Tensor, data: TokenizedSequences, batch_size: int = 256,
+    device: str | torch.device = "cpu",
+) -> np.ndarray:
+    """Class probabilities of every sequence of ``data`` given its KRs: [n_sequences, n_classes]."""
+    was_training = ka.training
+    ka.eval()
+    offsets = data.key_rows_of()
+    probs = []
+    for start in range(0, data.n_sequences, batch_size):
+        idx = np.arange(start, min(start + batch_size, data.n_sequences))
+        reprs, mask = gather_keys(kr, offsets, idx)
+        probs.append(ka(reprs.to(device), mask.to(device)).float().softmax(-1).cpu())
+    ka.train(was_training)
+    return torch.cat(probs).numpy() if probs else np.zeros((0, ka.config.n_classes))
+
+
+def predict_proba(model: TVMKA, data: TokenizedSequences, pad_id: int, progress: bool = True) -> np.ndarray:
+    """End-to-end inference: windows -> KRs -> KA -> [n_sequences, n_classes] probabilities."""
+    kr = key_representations(model.tvm, data, pad_id, progress=progress)
+    return ka_probabilities(model.ka, kr, data)

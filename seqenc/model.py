@@ -1,0 +1,231 @@
+"""The TVM-KA encoder (Murthy et al., "(Semi)-Structured Object Sequence Encoders").
+
+Chain, as in BERT: Embeddings -> Layer (self-attention + feed-forward) -> Encoder -> networks:
+
+* :class:`TemporalValueModeler` (TVM): BERT-style encoder over one value sequence
+  S(k) = [CLS] k [VAL_SEP] v1 [VAL_SEP] v2 ...; KR(k) is its output at position 0 (Eq. 3). It
+  carries a masked-LM head for pre-training and is the network DropHead applies to.
+* :class:`KeyAggregator` (KA): the same architecture without positional embeddings (it reads a
+  *set*); its input is a learned [CLS] vector followed by the KR(k) of every key of a sequence
+  (Eq. 4); a task head reads the [CLS] output.
+* :class:`TVMKA`: builds both from one config and hands the same :class:`SharedHeadProjections`
+  of each layer to both, so heads 1..p are literally the same parameters.
+
+Choices where the paper is silent (documented here, see also seqenc.attention):
+* Post-LayerNorm BERT layers (as BERT, so a BERT checkpoint can initialise the TVM).
+* KA input: every KR(k) is first standardised feature by feature with the mean and standard
+  deviation of the training KRs (buffers ``kr_mean``/``kr_std``, refitted at every KR-cache
+  refresh and saved with the model). The [CLS] output of an MLM-trained encoder is dominated by
+  a component common to all keys (MLM never trains position 0), so the differences between
+  sequences are small in absolute terms; standardising brings them to unit scale. Then
+  [CLS; KR(k1); ...; KR(kn)] goes through LayerNorm and dropout (the KA's "embedding" layer);
+  no key-identity embedding is added because S(k) already starts with k.
+* Windows of one long S(k) are encoded as a batch and KR(k) is the mean of their [CLS] outputs
+  (:func:`pool_windows`); a parameter-free pooling keeps KR(k) for a short key identical to
+  the single-window output.
+* The MLM decoder is tied to the word embeddings, as in BERT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from seqenc.attention import SelfAttention, SharedHeadProjections, additive_mask
+from seqenc.config import TVMKAConfig
+
+log = logging.getLogger(__name__)
+
+ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
+
+
+class Embeddings(nn.Module):
+    """Token (+ position) (+ token type 0) embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: TVMKAConfig, positional: bool = True):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_positions, config.d_model) if positional else None
+        self.token_type = nn.Embedding(config.type_vocab_size, config.d_model)
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        # input_ids: [B, L] -> [B, L, d_model]
+        L = input_ids.size(1)
+        x = self.word(input_ids) + self.token_type.weight[0]
+        if self.position is not None:
+            x = x + self.position(torch.arange(L, device=input_ids.device))
+        return self.dropout(self.norm(x))
+
+
+class Layer(nn.Module):
+    """Post-LN transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, config: TVMKAConfig, shared: SharedHeadProjections | None, drophead: float):
+        super().__init__()
+        self.attn = SelfAttention(config, shared, drophead)
+        self.attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(config.d_model, config.d_ff)
+        self.act = ACTIVATIONS[config.hidden_act]()
+        self.ffn_out = nn.Linear(config.d_ff, config.d_model)
+        self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, bias)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class Encoder(nn.Module):
+    def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None, drophead: float):
+        super().__init__()
+        self.layers = nn.ModuleList(
+            Layer(config, shared[i] if shared is not None else None, drophead)
+            for i in range(config.n_layers)
+        )
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        bias = additive_mask(attention_mask, x.dtype)  # the one bool -> additive conversion
+        for layer in self.layers:
+            x = layer(x, bias)
+        return x
+
+
+def init_weights(module: nn.Module, std: float) -> None:
+    """BERT-style initialisation: N(0, std) weights, zero biases, LayerNorm weight 1 / bias 0."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+            if m.padding_idx is not None:
+                m.weight.data[m.padding_idx].zero_()
+        elif isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
+class TemporalValueModeler(nn.Module):
+    """BERT-style encoder over S(k); ``forward`` returns hidden states, KR(k) = position 0."""
+
+    def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config, positional=True)
+        self.encoder = Encoder(config, shared, drophead=config.drophead)
+        # masked-LM head: dense -> act -> LayerNorm -> decoder tied to the word embeddings
+        self.mlm_dense = nn.Linear(config.d_model, config.d_model)
+        self.mlm_act = ACTIVATIONS[config.hidden_act]()
+        self.mlm_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        # [B, L] ids, [B, L] bool -> [B, L, d_model]
+        return self.encoder(self.embeddings(input_ids), attention_mask)
+
+    def key_representations(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[B, L] -> [B, d_model]: the output at position 0 ([CLS]) of each row."""
+        return self(input_ids, attention_mask)[:, 0]
+
+    def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        # [..., d_model] -> [..., vocab_size]
+        h = self.mlm_norm(self.mlm_act(self.mlm_dense(hidden)))
+        return h @ self.embeddings.word.weight.T + self.mlm_bias
+
+    def mlm_loss(self, input_ids, attention_mask, labels) -> torch.Tensor:
+        """Cross-entropy on positions whose label is not -100 (only those are decoded)."""
+        hidden = self(input_ids, attention_mask)
+        picked = labels != -100
+        if not picked.any():
+            return hidden.sum() * 0.0
+        return F.cross_entropy(self.mlm_logits(hidden[picked]), labels[picked])
+
+
+def pool_windows(cls_vectors: torch.Tensor, owner: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """Mean of the window [CLS] vectors of each key: [W, d], owner [W] in [0, n_keys) -> [n_keys, d]."""
+    sums = torch.zeros(n_keys, cls_vectors.size(1), dtype=cls_vectors.dtype, device=cls_vectors.device)
+    sums.index_add_(0, owner, cls_vectors)
+    counts = torch.bincount(owner, minlength=n_keys).clamp(min=1).to(cls_vectors.dtype)
+    return sums / counts[:, None]
+
+
+class KeyAggregator(nn.Module):
+    """Set encoder over [CLS; KR(k)...] (no positions) with a classification head."""
+
+    def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None):
+        super().__init__()
+        self.config = config
+        self.cls = nn.Parameter(torch.zeros(config.d_model))
+        self.register_buffer("kr_mean", torch.zeros(config.d_model))
+        self.register_buffer("kr_std", torch.ones(config.d_model))
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+        self.encoder = Encoder(config, shared, drophead=0.0)  # DropHead is TVM-only
+        self.head = nn.Sequential(
+            nn.Linear(config.d_model, config.d_model), nn.Tanh(), nn.Dropout(config.dropout),
+            nn.Linear(config.d_model, config.n_classes),
+        )
+
+    def encode(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        # key_reprs: [B, K, d_model], key_mask: [B, K] bool -> [B, d_model] sequence embedding
+        B = key_reprs.size(0)
+        key_reprs = (key_reprs - self.kr_mean) / self.kr_std
+        x = torch.cat([self.cls.expand(B, 1, -1), key_reprs], dim=1)  # [B, 1 + K, d_model]
+        mask = torch.cat([key_mask.new_ones(B, 1), key_mask], dim=1)
+        return self.encoder(self.dropout(self.norm(x)), mask)[:, 0]
+
+    @torch.no_grad()
+    def fit_kr_standardisation(self, kr: torch.Tensor) -> None:
+        """Set kr_mean/kr_std from training KRs [n, d_model] (std floored at 1e-6)."""
+        self.kr_mean.copy_(kr.mean(0))
+        self.kr_std.copy_(kr.std(0).clamp(min=1e-6))
+
+    def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encode(key_reprs, key_mask))  # [B, n_classes] logits
+
+
+class TVMKA(nn.Module):
+    """TVM and KA built from one config, sharing the Q/K/V weights of p heads per layer."""
+
+    def __init__(self, config: TVMKAConfig):
+        super().__init__()
+        self.config = config
+        shared = (
+            nn.ModuleList(SharedHeadProjections(config) for _ in range(config.n_layers))
+            if config.n_shared_heads > 0 else None
+        )
+        self.tvm = TemporalValueModeler(config, shared)
+        self.ka = KeyAggregator(config, shared)
+        init_weights(self, config.init_std)
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        return [p for n, p in self.tvm.named_parameters() if ".attn.shared." in n]
+
+    # --- Hugging Face style persistence: a directory with config.json + model.safetensors ---
+    def save_pretrained(self, directory: str | Path, extra: dict | None = None) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.save(directory / "config.json")
+        # save_model de-duplicates the shared-head tensors that both networks reference
+        save_model(self, str(directory / "model.safetensors"))
+        if extra:
+            (directory / "metadata.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> TVMKA:
+        directory = Path(directory)
+        model = cls(TVMKAConfig.load(directory / "config.json"))
+        missing, unexpected = load_model(model, str(directory / "model.safetensors"), device=map_location)
+        if missing or unexpected:
+            raise ValueError(f"checkpoint mismatch: missing={missing}, unexpected={unexpected}")
+        return model

@@ -1,0 +1,217 @@
+"""Column-evolution value sequences S(k) (TVM-KA paper, Eq. 1-2), tokenised and windowed.
+
+For every sequence (an HDFS block, a user session) and every key k seen in it, the values of k
+in step order form V(k), and
+
+    S(k) = [CLS] k [VAL_SEP] v1 [VAL_SEP] v2 [VAL_SEP] ... v_n
+
+An S(k) longer than the TVM window (``max_positions`` tokens) is handled by ``mode``:
+
+* ``"window"`` (default, nothing is lost): S(k) is cut into windows, each starting with the same
+  prefix [CLS] k; values are packed whole (each with its [VAL_SEP]) into the current window, a
+  value that does not fit opens the next window, and a single value longer than a whole window
+  is split across windows. The windows are encoded as a batch and pooled into KR(k)
+  (:func:`seqenc.model.pool_windows`). At most ``max_windows`` windows are kept per key (the
+  most recent); values beyond that are counted and logged, never dropped silently.
+* ``"truncate"``: only the most recent values that fit in one window are kept; the number of
+  dropped values is counted and logged.
+
+The key's own tokens are capped at a quarter of the window so that values always have room.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seqenc.tokenizer import ValueTokenizer
+
+log = logging.getLogger(__name__)
+
+
+def value_sequence_windows(
+    key_ids: list[int],
+    values_ids: list[list[int]],
+    cls_id: int,
+    val_sep_id: int,
+    max_len: int,
+    mode: str = "window",
+    max_windows: int = 64,
+) -> tuple[list[list[int]], int]:
+    """Token windows of S(k) and the number of values that did not make it in."""
+    prefix = [cls_id] + key_ids[: max(1, max_len // 4)]
+    capacity = max_len - len(prefix)
+    if capacity < 2:
+        raise ValueError(f"max_len={max_len} leaves no room for values")
+    units = [[val_sep_id] + v for v in values_ids]
+
+    if mode == "truncate":
+        kept, used = [], 0
+        for unit in reversed(units):
+            unit = unit[:capacity]  # a single over-long value keeps its first tokens
+            if used + len(unit) > capacity:
+                break
+            kept.append(unit)
+            used += len(unit)
+        window = prefix + [t for unit in reversed(kept) for t in unit]
+        return [window], len(units) - len(kept)
+    if mode != "window":
+        raise ValueError(f"unknown mode {mode!r}")
+
+    windows: list[list[int]] = []
+    first_value_of_window: list[int] = []  # index of the first value each window holds
+    current = list(prefix)
+    current_first = 0
+    for i, unit in enumerate(units):
+        if len(current) + len(unit) > max_len and len(current) > len(prefix):
+            windows.append(current)
+            first_value_of_window.append(current_first)
+            current, current_first = list(prefix), i
+        while len(current) + len(unit) > max_len:  # a value longer than a whole window
+            room = max_len - len(current)
+            current += unit[:room]
+            unit = unit[room:]
+            windows.append(current)
+            first_value_of_window.append(current_first)
+            current, current_first = list(prefix), i
+        current += unit
+    if len(current) > len(prefix) or not windows:
+        windows.append(current)
+        first_value_of_window.append(current_first)
+
+    dropped = 0
+    if len(windows) > max_windows:
+        cut = len(windows) - max_windows
+        dropped = first_value_of_window[cut]
+        windows = windows[cut:]
+    return windows, dropped
+
+
+@dataclass
+class TokenizedSequences:
+    """All windows of all S(k) of a set of sequences, flat, with the indexes to regroup them.
+
+    ``windows[w]`` belongs to key row ``window_key[w]``; key row ``r`` is key ``keys[r]`` of
+    sequence ``key_seq[r]``; the key rows of one sequence are contiguous and sorted by key.
+    """
+
+    sequence_ids: list[str]
+    keys: list[str]
+    key_seq: np.ndarray  # [n_key_rows] int64, index into sequence_ids
+    windows: list[list[int]]
+    window_key: np.ndarray  # [n_windows] int64, index into keys
+    dropped_values: int = 0
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.sequence_ids)
+
+    def key_rows_of(self) -> np.ndarray:
+        """[n_sequences + 1] offsets: the key rows of sequence i are offsets[i]:offsets[i+1]."""
+        counts = np.bincount(self.key_seq, minlength=self.n_sequences)
+        return np.concatenate([[0], np.cumsum(counts)])
+
+    def subset(self, sequence_index: np.ndarray) -> TokenizedSequences:
+        """The same data restricted to some sequences (in the given order)."""
+        offsets = self.key_rows_of()
+        key_rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in sequence_index]) \
+            if len(sequence_index) else np.zeros(0, dtype=np.int64)
+        new_key_index = {int(r): j for j, r in enumerate(key_rows)}
+        seq_pos = {int(s): j for j, s in enumerate(sequence_index)}
+        keep_windows = [w for w, r in enumerate(self.window_key) if int(r) in new_key_index]
+        return TokenizedSequences(
+            sequence_ids=[self.sequence_ids[i] for i in sequence_index],
+            keys=[self.keys[r] for r in key_rows],
+            key_seq=np.array([seq_pos[int(self.key_seq[r])] for r in key_rows], dtype=np.int64),
+            windows=[self.windows[w] for w in keep_windows],
+            window_key=np.array([new_key_index[int(self.window_key[w])] for w in keep_windows], dtype=np.int64),
+        )
+
+    # --- Parquet, one row per window -------------------------------------------------------------
+    def write_parquet(self, path) -> None:
+        table = pa.table({
+            "sequence_id": [self.sequence_ids[self.key_seq[r]] for r in self.window_key],
+            "key": [self.keys[r] for r in self.window_key],
+            "input_ids": pa.array(self.windows, type=pa.list_(pa.int32())),
+        })
+        pq.write_table(table, path)
+
+    @classmethod
+    def read_parquet(cls, path) -> TokenizedSequences:
+        df = pl.read_parquet(path)
+        seq_ids = df["sequence_id"].to_list()
+        keys = df["key"].to_list()
+        sequence_ids: list[str] = []
+        seq_index: dict[str, int] = {}
+        key_rows: dict[tuple[str, str], int] = {}
+        out_keys, key_seq, window_key = [], [], []
+        for s, k in zip(seq_ids, keys):
+            if s not in seq_index:
+                seq_index[s] = len(sequence_ids)
+                sequence_ids.append(s)
+            if (s, k) not in key_rows:
+                key_rows[(s, k)] = len(out_keys)
+                out_keys.append(k)
+                key_seq.append(seq_index[s])
+            window_key.append(key_rows[(s, k)])
+        return cls(sequence_ids, out_keys, np.array(key_seq, dtype=np.int64),
+                   [list(w) for w in df["input_ids"].to_list()], np.array(window_key, dtype=np.int64))
+
+
+def collect_value_sequences(objects: pl.DataFrame, exclude_keys: tuple[str, ...] = ()) -> pl.DataFrame:
+    """Long-form objects -> one row per (sequence_id, key) with ``values``, V(k) in step order."""
+    return (
+        objects.filter(~pl.col("key").is_in(list(exclude_keys)))
+        .sort(["sequence_id", "step"])
+        .group_by(["sequence_id", "key"], maintain_order=True)
+        .agg(pl.col("value"))
+        .sort(["sequence_id", "key"])
+        .rename({"value": "values"})
+    )
+
+
+def tokenize_value_sequences(
+    value_sequences: pl.DataFrame,
+    tokenizer: ValueTokenizer,
+    max_len: int,
+    mode: str = "window",
+    max_windows: int = 64,
+) -> TokenizedSequences:
+    """Build and tokenise every S(k); the rows must be sorted by (sequence_id, key)."""
+    seq_col = value_sequences["sequence_id"].to_list()
+    key_col = value_sequences["key"].to_list()
+    values_col = value_sequences["values"].to_list()
+    key_tokens = dict(zip(dict.fromkeys(key_col), tokenizer.encode_many(list(dict.fromkeys(key_col)))))
+    all_values = [v for vs in values_col for v in vs]
+    tokenizer.encode_many(all_values)  # fill the cache in one batched call
+
+    sequence_ids: list[str] = []
+    key_seq, windows, window_key = [], [], []
+    dropped = 0
+    for row, (seq, key, values) in enumerate(zip(seq_col, key_col, values_col)):
+        if not sequence_ids or sequence_ids[-1] != seq:
+            sequence_ids.append(seq)
+        key_seq.append(len(sequence_ids) - 1)
+        w, d = value_sequence_windows(
+            key_tokens[key], tokenizer.encode_many(values), tokenizer.cls_id, tokenizer.val_sep_id,
+            max_len, mode, max_windows,
+        )
+        windows.extend(w)
+        window_key.extend([row] * len(w))
+        dropped += d
+    n_values = len(all_values)
+    if dropped:
+        log.warning("%d of %d values did not fit (mode=%s, max_len=%d, max_windows=%d)",
+                    dropped, n_values, mode, max_len, max_windows)
+    stats = {"sequences": len(sequence_ids), "keys": len(key_col), "windows": len(windows),
+             "values": n_values, "dropped_values": dropped,
+             "tokens": int(sum(len(w) for w in windows))}
+    log.info("value sequences: %s", stats)
+    return TokenizedSequences(sequence_ids, key_col, np.array(key_seq, dtype=np.int64), windows,
+                              np.array(window_key, dtype=np.int64), dropped, stats)

@@ -1,0 +1,70 @@
+"""WordPiece tokenizer for keys and values (Hugging Face ``tokenizers``).
+
+Two ways to get one:
+* :meth:`ValueTokenizer.train` learns a WordPiece vocabulary from the corpus's keys and values
+  (BERT normalisation: lower-case, accents stripped; BERT pre-tokenisation: split on
+  whitespace and punctuation, so ``10.250.19.102:50010`` becomes ``10 . 250 . 19 . 102 : 50010``);
+* :meth:`ValueTokenizer.from_file` loads a ``tokenizer.json`` (for example a pre-trained BERT
+  vocabulary) and adds the special tokens it lacks, [VAL_SEP] above all.
+
+Values repeat a lot in logs (the same template, the same ports), so :meth:`encode_many`
+tokenises each distinct string once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[VAL_SEP]"
+SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK, VAL_SEP]
+
+
+class ValueTokenizer:
+    def __init__(self, tokenizer: Tokenizer):
+        missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
+        if missing:
+            tokenizer.add_special_tokens(missing)
+        self.tokenizer = tokenizer
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, self.val_sep_id = (
+            tokenizer.token_to_id(t) for t in SPECIAL_TOKENS
+        )
+        self.special_ids = frozenset(tokenizer.token_to_id(t) for t in SPECIAL_TOKENS)
+        self._cache: dict[str, list[int]] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    @classmethod
+    def train(cls, texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2) -> ValueTokenizer:
+        tok = Tokenizer(models.WordPiece(unk_token=UNK))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
+            show_progress=False,
+        )
+        tok.train_from_iterator(texts, trainer)
+        return cls(tok)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ValueTokenizer:
+        return cls(Tokenizer.from_file(str(path)))
+
+    def save(self, path: str | Path) -> None:
+        self.tokenizer.save(str(path))
+
+    def encode_many(self, texts: list[str]) -> list[list[int]]:
+        """Token ids (no special tokens) of each text; each distinct text is tokenised once."""
+        new = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if new:
+            for text, enc in zip(new, self.tokenizer.encode_batch(new, add_special_tokens=False)):
+                self._cache[text] = enc.ids
+        return [self._cache[t] for t in texts]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)

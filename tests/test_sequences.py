@@ -1,0 +1,93 @@
+"""S(k) construction, windowing and tokenisation: golden examples and no silent loss."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from seqenc.sequences import (
+    TokenizedSequences,
+    collect_value_sequences,
+    tokenize_value_sequences,
+    value_sequence_windows,
+)
+from seqenc.tokenizer import ValueTokenizer
+
+CLS, SEP = 2, 5  # ids of [CLS] and [VAL_SEP] in a trained ValueTokenizer
+
+
+def test_short_sequence_is_one_window():
+    windows, dropped = value_sequence_windows([50], [[60, 61], [62]], CLS, SEP, max_len=16)
+    assert windows == [[CLS, 50, SEP, 60, 61, SEP, 62]]
+    assert dropped == 0
+
+
+def test_long_sequence_windows_each_start_with_cls_and_key():
+    values = [[60, 61], [62], [63, 64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76]]
+    windows, dropped = value_sequence_windows([50], values, CLS, SEP, max_len=8)
+    assert windows == [
+        [CLS, 50, SEP, 60, 61, SEP, 62],
+        [CLS, 50, SEP, 63, 64, 65, 66, 67],
+        [CLS, 50, 68, 69, 70, 71, 72, 73],
+        [CLS, 50, 74, 75, 76],
+    ]
+    assert dropped == 0
+    assert all(len(w) <= 8 for w in windows)
+    # every value token appears, in order
+    body = [t for w in windows for t in w[2:] if t != SEP]
+    assert body == [t for v in values for t in v]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_every_value_lands_in_some_window(seed):
+    rng = np.random.default_rng(seed)
+    values = [list(rng.integers(10, 99, size=rng.integers(1, 12))) for _ in range(40)]
+    windows, dropped = value_sequence_windows([7, 8], values, CLS, SEP, max_len=24)
+    assert dropped == 0
+    assert all(w[:3] == [CLS, 7, 8] and len(w) <= 24 for w in windows)
+    assert [t for w in windows for t in w[3:] if t != SEP] == [t for v in values for t in v]
+
+
+def test_truncate_keeps_most_recent_and_counts():
+    windows, dropped = value_sequence_windows([50], [[60, 61], [62], [63, 64]], CLS, SEP, 8, mode="truncate")
+    assert windows == [[CLS, 50, SEP, 62, SEP, 63, 64]]
+    assert dropped == 1
+
+
+def test_max_windows_counts_dropped_values():
+    values = [[60 + i, 70 + i] for i in range(10)]  # each unit is 3 tokens; 2 per window of 8
+    windows, dropped = value_sequence_windows([50], values, CLS, SEP, 8, max_windows=2)
+    assert len(windows) == 2 and dropped == 6
+    assert windows[-1][-2:] == [69, 79]  # the most recent value is kept
+
+
+def objects_frame():
+    return pl.DataFrame({
+        "sequence_id": ["b", "a", "a", "a", "b", "a"],
+        "step": [0, 1, 0, 1, 1, 2],
+        "key": ["size", "size", "size", "ip", "size", "size"],
+        "value": ["10", "20", "30", "1.2.3.4", "40", "50"],
+    })
+
+
+def test_collect_value_sequences_orders_by_step():
+    vs = collect_value_sequences(objects_frame())
+    assert vs.rows() == [("a", "ip", ["1.2.3.4"]), ("a", "size", ["30", "20", "50"]), ("b", "size", ["10", "40"])]
+    assert collect_value_sequences(objects_frame(), ("ip",))["key"].to_list() == ["size", "size"]
+
+
+def test_tokenize_and_parquet_round_trip(tmp_path):
+    vs = collect_value_sequences(objects_frame())
+    tok = ValueTokenizer.train(["size", "ip", "10", "20", "30", "40", "50", "1.2.3.4"], vocab_size=100, min_frequency=1)
+    assert (tok.cls_id, tok.val_sep_id) == (CLS, SEP)
+    data = tokenize_value_sequences(vs, tok, max_len=16)
+    assert data.sequence_ids == ["a", "b"]
+    assert data.keys == ["ip", "size", "size"]
+    assert data.key_seq.tolist() == [0, 0, 1]
+    size_a = data.windows[1]
+    assert tok.decode(size_a) == "[CLS] size [VAL_SEP] 30 [VAL_SEP] 20 [VAL_SEP] 50"
+    data.write_parquet(tmp_path / "w.parquet")
+    back = TokenizedSequences.read_parquet(tmp_path / "w.parquet")
+    assert back.sequence_ids == data.sequence_ids and back.keys == data.keys
+    assert back.windows == data.windows and back.window_key.tolist() == data.window_key.tolist()
+    sub = data.subset(np.array([1]))
+    assert sub.sequence_ids == ["b"] and sub.keys == ["size"] and sub.key_seq.tolist() == [0]

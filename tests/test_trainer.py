@@ -1,0 +1,101 @@
+"""Algorithm 1 on a small learnable problem: the phases do what the paper says, and it learns."""
+
+import numpy as np
+import polars as pl
+import torch
+
+from seqenc.config import TVMKAConfig
+from seqenc.model import TVMKA
+from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+from seqenc.tokenizer import ValueTokenizer
+from training.data import class_weights, mask_tokens, split_indices
+from training.trainer import InterleavedTrainer, TrainConfig
+
+
+def toy_objects(n=160, seed=0):
+    """Sequences of 'status' and 'latency' values; positives contain a failing status value."""
+    rng = np.random.default_rng(seed)
+    rows, labels = [], []
+    for i in range(n):
+        positive = i % 4 == 0
+        for step in range(int(rng.integers(4, 9))):
+            status = "failed" if positive and step == 2 else rng.choice(["ok", "done"])
+            rows += [(f"s{i}", step, "status", str(status)),
+                     (f"s{i}", step, "latency", str(int(rng.integers(10, 90))))]
+        labels.append(int(positive))
+    df = pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row")
+    return df, np.array(labels)
+
+
+def build(seed=0, **train_overrides):
+    objects, y = toy_objects(seed=seed)
+    vs = collect_value_sequences(objects)
+    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=200,
+                               min_frequency=1)
+    data = tokenize_value_sequences(vs, tok, max_len=32)
+    y = np.array([y[int(s[1:])] for s in data.sequence_ids])  # labels in the data's sequence order
+    torch.manual_seed(seed)
+    config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2,
+                         d_ff=64, max_positions=32, dropout=0.0, attn_dropout=0.0, task="binary", n_classes=2)
+    cfg = TrainConfig(**{"pretrain_steps": 20, "rounds": 3, "tvm_steps_per_round": 20, "batch_tokens": 1024,
+                         "ka_batch_size": 16, "lr_ka": 2e-3, "warmup_steps": 5, "seed": seed,
+                         **train_overrides})
+    return TVMKA(config), tok, data, y, split_indices(y, seed), cfg
+
+
+def test_interleaved_training_learns_and_logs(tmp_path):
+    model, tok, data, y, splits, cfg = build()
+    logged = []
+    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path,
+                                 log_metrics=lambda m, s: logged.append((s, m)), progress=False)
+    result = trainer.fit()
+    assert result["test"]["f1"] >= 0.9, result["test"]
+    assert cfg.ka_steps_per_round == 10  # 2:1 TVM:KA by default
+    assert len(trainer.history["tvm/mlm_loss"]) == 20 + 3 * 20
+    assert len(trainer.history["ka/task_loss"]) == 3 * 10
+    assert trainer.step == 20 + 3 * 20 + 3 * 10
+    rounds = [m["round"] for _, m in logged if "round" in m]
+    assert rounds == [1, 2, 3]
+    assert sorted(p.name for p in tmp_path.glob("kr_cache_round*.safetensors")) == [
+        f"kr_cache_round{r}.safetensors" for r in (1, 2, 3, 4)]
+    mlm = [v for _, v in trainer.history["tvm/mlm_loss"]]
+    assert np.mean(mlm[-10:]) < np.mean(mlm[:10])  # the TVM's masked-LM loss goes down
+
+
+def test_ka_phase_moves_shared_heads_and_nothing_else_of_the_tvm(tmp_path):
+    model, tok, data, y, splits, cfg = build()
+    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
+    kr = trainer.refresh_cache(0)
+    before = {n: p.detach().clone() for n, p in model.tvm.named_parameters()}
+    trainer.ka_phase(kr, 3)
+    for name, p in model.tvm.named_parameters():
+        changed = not torch.equal(before[name], p)
+        assert changed == (".attn.shared." in name), name
+    # the refreshed KRs now differ: the KA's steps changed how the TVM encodes S(k)
+    assert not torch.allclose(trainer.refresh_cache(1), kr)
+
+
+def test_mask_tokens_follows_bert_recipe():
+    tok = ValueTokenizer.train([f"w{i}" for i in range(300)], vocab_size=400, min_frequency=1)
+    ids = torch.randint(len(tok.special_ids), tok.vocab_size, (200, 50))
+    ids[:, 0] = tok.cls_id
+    ids[:, 10] = tok.val_sep_id
+    masked, labels = mask_tokens(ids, tok, torch.Generator().manual_seed(0))
+    picked = labels != -100
+    assert not picked[:, 0].any() and not picked[:, 10].any()  # special tokens are never picked
+    assert abs(picked.float().mean().item() - 0.15 * 48 / 50) < 0.01
+    became_mask = (masked[picked] == tok.mask_id).float().mean().item()
+    unchanged = (masked[picked] == ids[picked]).float().mean().item()
+    assert abs(became_mask - 0.8) < 0.03 and abs(unchanged - 0.1) < 0.03
+    assert torch.equal(labels[picked], ids[picked])
+    assert torch.equal(masked[~picked], ids[~picked])
+
+
+def test_splits_and_class_weights():
+    y = np.array([0] * 80 + [1] * 20)
+    s1, s2 = split_indices(y, 3), split_indices(y, 3)
+    assert all(np.array_equal(s1[k], s2[k]) for k in s1)  # deterministic
+    assert sorted(np.concatenate(list(s1.values())).tolist()) == list(range(100))  # a partition
+    assert [int(y[s1[k]].sum()) for k in ("train", "dev", "test")] == [12, 4, 4]  # stratified
+    w = class_weights(y, 2)
+    assert w[1] / w[0] == 4.0

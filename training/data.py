@@ -1,0 +1,95 @@
+"""Training data: labels, splits, masked-LM batches of value-sequence windows.
+
+Choices:
+* Splits are stratified by label and fixed by the seed (60% train / 20% dev / 20% test).
+* TVM masked-LM training reads the windows of the *train* sequences only, so no test value is
+  ever seen by any part of the model during training.
+* Masking follows BERT: 15% of the non-special tokens are picked; of those 80% become [MASK],
+  10% a random non-special token, 10% stay; the loss is computed on the picked positions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import torch
+from sklearn.model_selection import train_test_split
+
+from seqenc.inference import length_batches, pad_batch
+from seqenc.sequences import TokenizedSequences
+from seqenc.tokenizer import ValueTokenizer
+
+
+def label_array(data: TokenizedSequences, labels: pl.DataFrame, class_names: list[str]) -> np.ndarray:
+    """Class index of every sequence of ``data``; a sequence without a label is an error."""
+    lookup = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
+    missing = [s for s in data.sequence_ids if s not in lookup]
+    if missing:
+        raise ValueError(f"{len(missing)} sequences have no label, e.g. {missing[:3]}")
+    index = {name: i for i, name in enumerate(class_names)}
+    unknown = sorted({lookup[s] for s in data.sequence_ids} - set(index))
+    if unknown:
+        raise ValueError(f"labels {unknown} are not among the classes {class_names}")
+    return np.array([index[lookup[s]] for s in data.sequence_ids], dtype=np.int64)
+
+
+def split_indices(y: np.ndarray, seed: int, dev: float = 0.2, test: float = 0.2) -> dict[str, np.ndarray]:
+    """Stratified train/dev/test indexes, deterministic for a seed."""
+    idx = np.arange(len(y))
+    train_dev, test_idx = train_test_split(idx, test_size=test, stratify=y, random_state=seed)
+    train_idx, dev_idx = train_test_split(
+        train_dev, test_size=dev / (1 - test), stratify=y[train_dev], random_state=seed
+    )
+    return {"train": np.sort(train_idx), "dev": np.sort(dev_idx), "test": np.sort(test_idx)}
+
+
+def mask_tokens(ids: torch.Tensor, tok: ValueTokenizer, generator: torch.Generator,
+                prob: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking of a padded batch: -> (masked input_ids, labels with -100 where not picked)."""
+    special = torch.isin(ids, torch.tensor(sorted(tok.special_ids)))
+    picked = (torch.rand(ids.shape, generator=generator) < prob) & ~special
+    labels = torch.where(picked, ids, torch.full_like(ids, -100))
+    roll = torch.rand(ids.shape, generator=generator)
+    masked = ids.clone()
+    masked[picked & (roll < 0.8)] = tok.mask_id
+    random_pos = picked & (roll >= 0.8) & (roll < 0.9)
+    # random replacements are drawn from the non-special tokens only
+    normal = torch.tensor([i for i in range(tok.vocab_size) if i not in tok.special_ids])
+    masked[random_pos] = normal[torch.randint(len(normal), (int(random_pos.sum()),), generator=generator)]
+    return masked, labels
+
+
+class MLMBatches:
+    """Endless, shuffled, length-bucketed masked-LM batches over some windows."""
+
+    def __init__(self, windows: list[list[int]], tok: ValueTokenizer, batch_tokens: int, seed: int):
+        if not windows:
+            raise ValueError("no windows to train the TVM on")
+        self.windows, self.tok = windows, tok
+        lengths = np.fromiter((len(w) for w in windows), dtype=np.int64, count=len(windows))
+        self.batches = length_batches(lengths, batch_tokens, max_rows=256)
+        self.rng = np.random.default_rng(seed)
+        self.generator = torch.Generator().manual_seed(seed)
+        self._order: list[int] = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if not self._order:  # a new epoch: reshuffle the batch order
+            self._order = list(self.rng.permutation(len(self.batches)))
+        rows = [self.windows[i] for i in self.batches[self._order.pop()]]
+        ids, attention_mask = pad_batch(rows, self.tok.pad_id)
+        masked, labels = mask_tokens(ids, self.tok, self.generator)
+        return masked, attention_mask, labels
+
+    @property
+    def batches_per_epoch(self) -> int:
+        return len(self.batches)
+
+
+def class_weights(y: np.ndarray, n_classes: int) -> torch.Tensor:
+    """Inverse-frequency class weights, normalised to mean 1 (for imbalanced tasks)."""
+    counts = np.bincount(y, minlength=n_classes).astype(np.float64)
+    w = np.where(counts > 0, counts.sum() / np.maximum(counts, 1) / n_classes, 0.0)
+    return torch.tensor(w / w[counts > 0].mean(), dtype=torch.float32)

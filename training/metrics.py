@@ -1,0 +1,97 @@
+"""Task metrics and the plots that go with them.
+
+* binary (anomaly): precision, recall and F1 of the positive class (index 1). The decision
+  threshold on P(positive) is the one that maximises F1 on the dev split; the test split is
+  then scored with that threshold.
+* multiclass (milestone): micro and macro F1 of the arg-max prediction.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: plots are written to files and logged to MLflow
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from sklearn.metrics import (  # noqa: E402
+    ConfusionMatrixDisplay,
+    f1_score,
+    precision_recall_curve,
+    precision_recall_fscore_support,
+)
+
+
+def best_threshold(y: np.ndarray, p_pos: np.ndarray) -> float:
+    """The threshold on P(positive) with the highest F1 (ties: the highest threshold)."""
+    if y.sum() == 0:
+        return 0.5
+    precision, recall, thresholds = precision_recall_curve(y, p_pos)
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    best = np.flatnonzero(f1[:-1] == f1[:-1].max())[-1]  # the last point has no threshold
+    return float(thresholds[best])
+
+
+def predict(probs: np.ndarray, task: str, threshold: float = 0.5) -> np.ndarray:
+    if task == "binary":
+        return (probs[:, 1] >= threshold).astype(np.int64)
+    return probs.argmax(axis=1)
+
+
+def task_metrics(y: np.ndarray, pred: np.ndarray, task: str) -> dict[str, float]:
+    if task == "binary":
+        p, r, f, _ = precision_recall_fscore_support(y, pred, average="binary", zero_division=0)
+        return {"precision": float(p), "recall": float(r), "f1": float(f)}
+    return {
+        "micro_f1": float(f1_score(y, pred, average="micro")),
+        "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
+    }
+
+
+def headline(task: str) -> str:
+    """The dev metric that picks thresholds, rounds and champions."""
+    return "f1" if task == "binary" else "macro_f1"
+
+
+def plot_confusion(y: np.ndarray, pred: np.ndarray, class_names: list[str], path, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ConfusionMatrixDisplay.from_predictions(
+        y, pred, labels=list(range(len(class_names))), display_labels=class_names, ax=ax, colorbar=False
+    )
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_pr_curve(y: np.ndarray, p_pos: np.ndarray, threshold: float, path, title: str) -> None:
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    if y.sum() > 0:
+        precision, recall, thresholds = precision_recall_curve(y, p_pos)
+        ax.plot(recall, precision, label="PR curve")
+        i = int(np.argmin(np.abs(thresholds - threshold))) if len(thresholds) else 0
+        ax.scatter([recall[i]], [precision[i]], color="red", zorder=3, label=f"threshold {threshold:.3f}")
+        ax.legend(loc="lower left")
+    ax.set_xlabel("recall")
+    ax.set_ylabel("precision")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_losses(history: dict[str, list[tuple[int, float]]], path, title: str) -> None:
+    """One panel per loss series: (global step, value) pairs."""
+    names = [n for n, pts in history.items() if pts]
+    fig, axes = plt.subplots(1, max(len(names), 1), figsize=(4.5 * max(len(names), 1), 3.5), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        steps, values = zip(*history[name])
+        ax.plot(steps, values)
+        ax.set_title(name)
+        ax.set_xlabel("step")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,256 @@
+"""The main job, stage by stage: generate -> ingest -> value sequences -> train -> score.
+
+Each stage is a plain function that reads and writes files under one work directory and returns
+a small JSON-serialisable dict (paths, counts, ids), so the same functions run inside
+``seqenc demo`` and as Airflow tasks (which pass those dicts between tasks). Every stage
+overwrites its outputs: running it again over the same input gives the same files.
+
+Two tasks run on the built-in data:
+* ``anomaly``: HDFS-like raw logs -> Drain3 -> one sequence per block -> Normal/Anomaly;
+* ``milestone``: JSON session events -> one sequence per session -> none/upgrade/help_chat.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import polars as pl
+import torch
+
+from parsers import events as event_ingest
+from parsers import logs as log_ingest
+from parsers import storage, synthetic
+from seqenc.config import TVMKAConfig
+from seqenc.model import TVMKA
+from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences
+from seqenc.tokenizer import ValueTokenizer
+from training import tracking
+from training.data import label_array, split_indices
+from training.metrics import plot_confusion, plot_losses, plot_pr_curve, predict, task_metrics
+from training.scoring import load_bundle, save_bundle, score_objects
+from training.trainer import InterleavedTrainer, TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    source: str
+    task: str  # "binary" | "multiclass"
+    class_names: tuple[str, ...]
+    # Header fields that are unique per line (clock time, thread id) say nothing about a block
+    # and would flood the vocabulary; they stay in the Parquet objects but out of S(k).
+    exclude_keys: tuple[str, ...] = ()
+
+
+TASKS = {
+    "anomaly": TaskSpec("hdfs", "binary", ("Normal", "Anomaly"), ("date", "time", "pid")),
+    "milestone": TaskSpec("sessions", "multiclass", ("none", "upgrade", "help_chat")),
+}
+
+# Built-in sizes: "demo" is the main job (minutes on 2 CPU cores), "tiny" serves tests and DAG runs.
+SIZES = {
+    "demo": {
+        "data": {"n_blocks": 2000, "anomaly_rate": 0.04, "n_sessions": 1200},
+        "model": {"d_model": 128, "n_layers": 2, "n_heads": 4, "n_shared_heads": 2, "d_ff": 256,
+                  "max_positions": 128, "vocab_size": 4096},
+        "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192},
+    },
+    "tiny": {
+        "data": {"n_blocks": 200, "anomaly_rate": 0.1, "n_sessions": 150},
+        "model": {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64,
+                  "max_positions": 64, "vocab_size": 1024, "dropout": 0.0, "attn_dropout": 0.0},
+        "train": {"pretrain_steps": 10, "rounds": 2, "tvm_steps_per_round": 6, "batch_tokens": 4096,
+                  "warmup_steps": 2, "log_every": 2},
+    },
+}
+
+
+def _size(size: str) -> dict:
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; choose from {sorted(SIZES)}")
+    return SIZES[size]
+
+
+def _fresh_dir(path: Path) -> Path:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+# --- 1. generate ------------------------------------------------------------------------------
+def stage_generate(workdir: str, size: str = "demo", seed: int = 0) -> dict:
+    raw = _fresh_dir(Path(workdir) / "raw")
+    d = _size(size)["data"]
+    hdfs = synthetic.generate_hdfs_logs(raw / "hdfs.log", raw / "hdfs_labels.csv", n_blocks=d["n_blocks"],
+                                        anomaly_rate=d["anomaly_rate"], seed=seed)
+    sessions = synthetic.generate_session_events(raw / "sessions.jsonl", raw / "sessions_labels.csv",
+                                                 n_sessions=d["n_sessions"], seed=seed)
+    log.info("generated: %s | %s", hdfs, sessions)
+    return {"hdfs_log": str(raw / "hdfs.log"), "hdfs_labels": str(raw / "hdfs_labels.csv"),
+            "events": str(raw / "sessions.jsonl"), "events_labels": str(raw / "sessions_labels.csv")}
+
+
+# --- 2. ingest --------------------------------------------------------------------------------
+def stage_ingest_logs(workdir: str, log_path: str, labels_path: str, ingest_date: str | None = None) -> dict:
+    root = Path(workdir) / "data"
+    ingest_date = storage.ingest_date_str(ingest_date)
+    report = log_ingest.ingest_logs(log_path, root, source="hdfs", preset="hdfs", ingest_date=ingest_date)
+    log_ingest.ingest_labels(labels_path, root, "hdfs", id_column="BlockId", label_column="Label")
+    return {"root": str(root), "source": "hdfs", "ingest_date": ingest_date, "report": _jsonable(report)}
+
+
+def stage_ingest_events(workdir: str, events_path: str, labels_path: str, ingest_date: str | None = None) -> dict:
+    root = Path(workdir) / "data"
+    ingest_date = storage.ingest_date_str(ingest_date)
+    report = event_ingest.ingest_events(events_path, root, source="sessions", ingest_date=ingest_date)
+    log_ingest.ingest_labels(labels_path, root, "sessions", id_column="session_id", label_column="label")
+    return {"root": str(root), "source": "sessions", "ingest_date": ingest_date, "report": _jsonable(report)}
+
+
+def _jsonable(report: dict) -> dict:
+    return json.loads(json.dumps(report, default=str))
+
+
+# --- 3. value sequences -----------------------------------------------------------------------
+def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
+                    ingest_date: str | None = None) -> dict:
+    """S(k) for every labelled sequence, a stratified split, a WordPiece vocabulary from train.
+
+    ``ingest_date`` restricts the input to one ingest partition (None: all of them)."""
+    spec = TASKS[task_name]
+    root = Path(workdir) / "data"
+    out = _fresh_dir(Path(workdir) / "sequences" / task_name)
+    objects = storage.read_objects(root, spec.source, ingest_date)
+    labels = storage.read_labels(root, spec.source).unique("sequence_id", keep="last")
+    objects = objects.join(labels.select("sequence_id"), on="sequence_id", how="semi")
+    value_seqs = collect_value_sequences(objects, spec.exclude_keys)
+
+    sequence_ids = value_seqs["sequence_id"].unique(maintain_order=True).to_list()
+    by_id = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
+    y = np.array([spec.class_names.index(by_id[s]) for s in sequence_ids])
+    splits = split_indices(y, seed)
+    split_of = np.empty(len(y), dtype=object)
+    for name, idx in splits.items():
+        split_of[idx] = name
+    split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of.tolist(),
+                             "label": [by_id[s] for s in sequence_ids]})
+    split_df.write_parquet(out / "splits.parquet")
+
+    train_rows = value_seqs.join(split_df.filter(pl.col("split") == "train"), on="sequence_id", how="semi")
+    texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
+    model_cfg = _size(size)["model"]
+    tok = ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"])
+    tok.save(out / "tokenizer.json")
+    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"])
+    data.write_parquet(out / "windows.parquet")
+    stats = {**data.stats, "vocab_size": tok.vocab_size,
+             "class_counts": {c: int((y == i).sum()) for i, c in enumerate(spec.class_names)}}
+    (out / "stats.json").write_text(json.dumps(stats, indent=2))
+    return {"dir": str(out), "stats": stats}
+
+
+# --- 4. train ---------------------------------------------------------------------------------
+def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, progress: bool = True) -> dict:
+    """Algorithm 1 on one task, logged to MLflow; saves the model bundle and evaluation plots."""
+    spec, sz = TASKS[task_name], _size(size)
+    seq_dir = Path(workdir) / "sequences" / task_name
+    tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
+    data = TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
+    split_df = pl.read_parquet(seq_dir / "splits.parquet")
+    y = label_array(data, split_df, list(spec.class_names))
+    split_of = dict(zip(split_df["sequence_id"].to_list(), split_df["split"].to_list()))
+    splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
+              for name in ("train", "dev", "test")}
+
+    torch.manual_seed(seed)
+    config = TVMKAConfig(**{**sz["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+                            "task": spec.task, "n_classes": len(spec.class_names),
+                            "class_names": list(spec.class_names)})
+    train_cfg = TrainConfig(**{**sz["train"], "seed": seed})
+    model = TVMKA(config)
+    out = _fresh_dir(Path(workdir) / "models" / task_name)
+    plots = _fresh_dir(Path(workdir) / "plots" / task_name)
+    stats = json.loads((seq_dir / "stats.json").read_text())
+    params = {"task": task_name, "mode": "interleaved", "size": size, "model": config.to_dict(),
+              "train": asdict(train_cfg), "data": stats}
+    with tracking.run(workdir, run_name=f"{task_name}-interleaved", params=params,
+                      tags={"task": task_name, "mode": "interleaved"}) as run:
+        trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, out / "cache",
+                                     log_metrics=tracking.log_metrics, progress=progress)
+        result = trainer.fit()
+        shutil.rmtree(out / "cache")
+        metadata = {"task_name": task_name, "threshold": result["threshold"],
+                    "exclude_keys": list(spec.exclude_keys), "mlflow_run_id": run.info.run_id}
+        bundle = save_bundle(model, tok, metadata, out / "bundle")
+        test = splits["test"]
+        pred = predict(result["probs"][test], spec.task, result["threshold"])
+        plot_confusion(y[test], pred, list(spec.class_names), plots / "confusion_test.png",
+                       f"{task_name}: test confusion matrix")
+        plot_losses(trainer.history, plots / "losses.png", f"{task_name}: training losses")
+        if spec.task == "binary":
+            plot_pr_curve(y[test], result["probs"][test, 1], result["threshold"], plots / "pr_curve_test.png",
+                          f"{task_name}: test precision-recall")
+        metrics = {"dev": result["dev"], "test": result["test"], "threshold": result["threshold"],
+                   "seconds": result["seconds"]}
+        (plots / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        mlflow.log_artifacts(str(plots), "plots")
+        mlflow.log_artifacts(str(bundle), "model")
+    return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics,
+            "tracking_uri": tracking.tracking_uri(workdir)}
+
+
+# --- 5. score ---------------------------------------------------------------------------------
+def stage_score(workdir: str, task_name: str, split: str = "test", progress: bool = True,
+                ingest_date: str | None = None) -> dict:
+    """Score the sequences of one split with the saved bundle into a predictions Parquet."""
+    spec = TASKS[task_name]
+    model_dir = Path(workdir) / "models" / task_name / "bundle"
+    split_df = pl.read_parquet(Path(workdir) / "sequences" / task_name / "splits.parquet")
+    chosen = split_df.filter(pl.col("split") == split)
+    objects = storage.read_objects(Path(workdir) / "data", spec.source, ingest_date)
+    objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
+    predictions = score_objects(model_dir, objects, progress=progress)
+    predictions = predictions.join(chosen.select("sequence_id", "label"), on="sequence_id", how="left")
+    _, _, meta = load_bundle(model_dir)
+    predictions = predictions.with_columns(pl.lit(meta["mlflow_run_id"]).alias("mlflow_run_id"))
+    path = Path(workdir) / "predictions" / task_name / f"{split}.parquet"
+    storage.write_parquet_atomic(predictions, path)
+    y = np.array([spec.class_names.index(v) for v in predictions["label"].to_list()])
+    pred = np.array([spec.class_names.index(v) for v in predictions["prediction"].to_list()])
+    return {"predictions": str(path), "rows": predictions.height, "metrics": task_metrics(y, pred, spec.task)}
+
+
+# --- the whole job ----------------------------------------------------------------------------
+def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = True) -> dict:
+    t0 = time.time()
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    raw = stage_generate(str(out), size, seed)
+    for stale in ("data",):  # re-running the demo replaces its data partitions
+        shutil.rmtree(out / stale, ignore_errors=True)
+    ingest = {"anomaly": stage_ingest_logs(str(out), raw["hdfs_log"], raw["hdfs_labels"]),
+              "milestone": stage_ingest_events(str(out), raw["events"], raw["events_labels"])}
+    summary = {"metrics": {}, "run_ids": [], "predictions": [], "ingest": {}, "test_metrics_from_predictions": {}}
+    for task_name in TASKS:
+        summary["ingest"][task_name] = ingest[task_name]["report"]
+        date = ingest[task_name]["ingest_date"]
+        stage_sequences(str(out), task_name, size, seed, ingest_date=date)
+        trained = stage_train(str(out), task_name, size, seed, progress=progress)
+        scored = stage_score(str(out), task_name, progress=progress, ingest_date=date)
+        summary["metrics"][task_name] = trained["metrics"]["test"]
+        summary["run_ids"].append(trained["run_id"])
+        summary["predictions"].append(scored["predictions"])
+        summary["test_metrics_from_predictions"][task_name] = scored["metrics"]
+    summary["mlflow_tracking_uri"] = tracking.tracking_uri(out)
+    summary["seconds"] = round(time.time() - t0, 1)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

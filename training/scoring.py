@@ -1,0 +1,68 @@
+"""Model bundles and batch scoring.
+
+A model bundle is one directory: ``config.json`` + ``model.safetensors`` (the TVM-KA weights,
+see :meth:`seqenc.model.TVMKA.save_pretrained`), ``tokenizer.json`` and ``metadata.json``
+(task, class names, decision threshold, keys left out of the value sequences). Nothing in it is
+pickled. :func:`score_objects` turns long-form objects into predictions with it: the same code
+serves the demo, the CLI and the Airflow tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from seqenc.inference import predict_proba
+from seqenc.model import TVMKA
+from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+from seqenc.tokenizer import ValueTokenizer
+from training.metrics import predict
+
+log = logging.getLogger(__name__)
+
+
+def save_bundle(model: TVMKA, tok: ValueTokenizer, metadata: dict, directory: str | Path) -> Path:
+    directory = Path(directory)
+    model.save_pretrained(directory, extra=metadata)
+    tok.save(directory / "tokenizer.json")
+    return directory
+
+
+def load_bundle(directory: str | Path) -> tuple[TVMKA, ValueTokenizer, dict]:
+    directory = Path(directory)
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "metadata.json"):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"{directory} is not a seqenc model bundle: {name} is missing")
+    model = TVMKA.from_pretrained(directory)
+    model.eval()
+    tok = ValueTokenizer.from_file(directory / "tokenizer.json")
+    return model, tok, json.loads((directory / "metadata.json").read_text())
+
+
+def score_objects(model_dir: str | Path, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
+    """Long-form objects -> one row per sequence: sequence_id, score, prediction, prob_<class>...
+
+    ``score`` is P(positive class) for a binary task and the winning class's probability
+    otherwise; ``prediction`` is the class name (threshold from the bundle for binary tasks).
+    """
+    model, tok, meta = load_bundle(model_dir)
+    config = model.config
+    sequences = collect_value_sequences(objects, tuple(meta.get("exclude_keys", ())))
+    data = tokenize_value_sequences(sequences, tok, config.max_positions, config.long_sequences,
+                                    config.max_windows)
+    probs = predict_proba(model, data, tok.pad_id, progress=progress)
+    pred = predict(probs, config.task, meta.get("threshold", 0.5))
+    names = config.class_names or [str(i) for i in range(config.n_classes)]
+    score = probs[:, 1] if config.task == "binary" else probs.max(axis=1)
+    columns = {
+        "sequence_id": data.sequence_ids,
+        "score": score.astype(np.float64),
+        "prediction": [names[i] for i in pred],
+    }
+    for i, name in enumerate(names):
+        columns[f"prob_{name}"] = probs[:, i].astype(np.float64)
+    return pl.DataFrame(columns)

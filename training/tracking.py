@@ -1,0 +1,80 @@
+"""MLflow tracking: where runs go and how they are logged.
+
+The tracking store is ``MLFLOW_TRACKING_URI`` when set (a server such as
+``http://127.0.0.1:5000``), else a SQLite file under the job's output directory. With a local
+store, artifacts go beside it in ``<out>/mlartifacts`` (set on the experiment, so they never land
+in whatever directory the process happens to run in).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+
+import mlflow
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "seqenc"
+
+
+def tracking_uri(out_dir: str | Path) -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    return f"sqlite:///{(Path(out_dir) / 'mlflow.db').resolve()}"
+
+
+def ui_command(uri: str) -> str:
+    return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def _experiment_id(out_dir: Path, name: str) -> str:
+    existing = mlflow.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    artifacts = None
+    if mlflow.get_tracking_uri().startswith("sqlite:"):
+        artifacts = (out_dir / "mlartifacts").resolve().as_uri()
+    return mlflow.create_experiment(name, artifact_location=artifacts)
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+@contextmanager
+def run(out_dir: str | Path, run_name: str, params: dict, tags: dict | None = None,
+        experiment: str = EXPERIMENT):
+    """Start an MLflow run with params and tags; yields the active run."""
+    out_dir = Path(out_dir)
+    mlflow.set_tracking_uri(tracking_uri(out_dir))
+    experiment_id = _experiment_id(out_dir, experiment)
+    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as active:
+        mlflow.set_tags({"git_commit": git_commit(), **(tags or {})})
+        mlflow.log_params({k: str(v)[:500] for k, v in flatten(params).items()})
+        yield active
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def log_metrics(metrics: dict, step: int) -> None:
+    numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+    if numeric:
+        mlflow.log_metrics(numeric, step=step)
