@@ -164,6 +164,16 @@ class TokenizedSequences:
                    [list(w) for w in df["input_ids"].to_list()], np.array(window_key, dtype=np.int64))
 
 
+def with_event_key(objects: pl.DataFrame) -> pl.DataFrame:
+    """Add one ``event`` row per object carrying its template id as ``E<id>``."""
+    events = (
+        objects.filter(pl.col("template_id").is_not_null())
+        .unique(["sequence_id", "step"], keep="first", maintain_order=True)
+        .with_columns(pl.lit("event").alias("key"), ("E" + pl.col("template_id").cast(pl.String)).alias("value"))
+    )
+    return pl.concat([objects, events.select(objects.columns)])
+
+
 def collect_value_sequences(objects: pl.DataFrame, exclude_keys: tuple[str, ...] = ()) -> pl.DataFrame:
     """Long-form objects -> one row per (sequence_id, key) with ``values``, V(k) in step order."""
     return (

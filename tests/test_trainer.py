@@ -13,13 +13,13 @@ from training.trainer import InterleavedTrainer, TrainConfig
 
 
 def toy_objects(n=160, seed=0):
-    """Sequences of 'status' and 'latency' values; positives contain a failing status value."""
+    """Sequences of status and latency values; positives keep failing from step 2 on (same keys and lengths)."""
     rng = np.random.default_rng(seed)
     rows, labels = [], []
     for i in range(n):
         positive = i % 4 == 0
         for step in range(int(rng.integers(4, 9))):
-            status = "failed" if positive and step == 2 else rng.choice(["ok", "done"])
+            status = "failed" if positive and step >= 2 else rng.choice(["ok", "done"])
             rows += [(f"s{i}", step, "status", str(status)),
                      (f"s{i}", step, "latency", str(int(rng.integers(10, 90))))]
         labels.append(int(positive))

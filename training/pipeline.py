@@ -29,7 +29,7 @@ from parsers import logs as log_ingest
 from parsers import storage, synthetic
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences
+from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import tracking
 from training.data import label_array, split_indices
@@ -48,10 +48,15 @@ class TaskSpec:
     # Header fields that are unique per line (clock time, thread id) say nothing about a block
     # and would flood the vocabulary; they stay in the Parquet objects but out of S(k).
     exclude_keys: tuple[str, ...] = ()
+    # Log tasks: add a key "event" whose value is the line's Drain3 template id ("E<id>"), one
+    # token per line, so S(event) holds a whole block's event order in one short window. The
+    # long template text stays in Parquet (key "template") and is left out of S(k).
+    event_key: bool = False
 
 
 TASKS = {
-    "anomaly": TaskSpec("hdfs", "binary", ("Normal", "Anomaly"), ("date", "time", "pid")),
+    "anomaly": TaskSpec("hdfs", "binary", ("Normal", "Anomaly"), ("date", "time", "pid", "template"),
+                        event_key=True),
     "milestone": TaskSpec("sessions", "multiclass", ("none", "upgrade", "help_chat")),
 }
 
@@ -61,7 +66,8 @@ SIZES = {
         "data": {"n_blocks": 2000, "anomaly_rate": 0.04, "n_sessions": 1200},
         "model": {"d_model": 128, "n_layers": 2, "n_heads": 4, "n_shared_heads": 2, "d_ff": 256,
                   "max_positions": 128, "vocab_size": 4096},
-        "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192},
+        "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192,
+                  "ka_batch_size": 128},
     },
     "tiny": {
         "data": {"n_blocks": 200, "anomaly_rate": 0.1, "n_sessions": 150},
@@ -132,7 +138,8 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
     objects = storage.read_objects(root, spec.source, ingest_date)
     labels = storage.read_labels(root, spec.source).unique("sequence_id", keep="last")
     objects = objects.join(labels.select("sequence_id"), on="sequence_id", how="semi")
-    value_seqs = collect_value_sequences(objects, spec.exclude_keys)
+    value_seqs = collect_value_sequences(with_event_key(objects) if spec.event_key else objects,
+                                         spec.exclude_keys)
 
     sequence_ids = value_seqs["sequence_id"].unique(maintain_order=True).to_list()
     by_id = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
@@ -189,7 +196,8 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         result = trainer.fit()
         shutil.rmtree(out / "cache")
         metadata = {"task_name": task_name, "threshold": result["threshold"],
-                    "exclude_keys": list(spec.exclude_keys), "mlflow_run_id": run.info.run_id}
+                    "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key,
+                    "mlflow_run_id": run.info.run_id}
         bundle = save_bundle(model, tok, metadata, out / "bundle")
         test = splits["test"]
         pred = predict(result["probs"][test], spec.task, result["threshold"])

@@ -18,7 +18,7 @@ import polars as pl
 
 from seqenc.inference import predict_proba
 from seqenc.model import TVMKA
-from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+from seqenc.sequences import collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training.metrics import predict
 
@@ -51,6 +51,8 @@ def score_objects(model_dir: str | Path, objects: pl.DataFrame, progress: bool =
     """
     model, tok, meta = load_bundle(model_dir)
     config = model.config
+    if meta.get("event_key"):
+        objects = with_event_key(objects)
     sequences = collect_value_sequences(objects, tuple(meta.get("exclude_keys", ())))
     data = tokenize_value_sequences(sequences, tok, config.max_positions, config.long_sequences,
                                     config.max_windows)
