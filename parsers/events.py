@@ -104,44 +104,31 @@ def ingest_events(
     skip_keys = {session_field, ts_field}
     events: list[tuple[str, dt.datetime, int, list[tuple[str, str]]]] = []
     rejects: list[tuple[int, str, str]] = []
-    read = blank = 0
-    with storage.open_input(path) as fh:
-        for line_no, raw in enumerate(fh, 1):
-            read += 1
-            raw = raw.rstrip(b"\r\n")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                rejects.append(
-                    (line_no, f"undecodable: {exc.reason} at byte {exc.start}", raw.decode("utf-8", "replace"))
-                )
-                continue
-            if not text.strip():
-                blank += 1
-                continue
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                rejects.append((line_no, f"invalid JSON: {exc.msg} at column {exc.colno}", text))
-                continue
-            if not isinstance(obj, dict):
-                rejects.append((line_no, f"not a JSON object ({type(obj).__name__})", text))
-                continue
-            sid = _session_id(_lookup(obj, session_field))
-            if sid is None:
-                rejects.append((line_no, f"missing session id (field {session_field!r})", text))
-                continue
-            ts_value = _lookup(obj, ts_field)
-            if ts_value is None:
-                rejects.append((line_no, f"missing timestamp (field {ts_field!r})", text))
-                continue
-            try:
-                ts = parse_ts(ts_value)
-            except (ValueError, TypeError, OverflowError, OSError):
-                rejects.append((line_no, f"bad timestamp: {str(ts_value)[:64]!r}", text))
-                continue
-            kv = [(k, v) for k, v in flatten(obj) if k not in skip_keys]
-            events.append((sid, ts, line_no, kv))
+    reader = storage.LineReader(path, rejects)
+    for line_no, text in reader:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            rejects.append((line_no, f"invalid JSON: {exc.msg} at column {exc.colno}", text))
+            continue
+        if not isinstance(obj, dict):
+            rejects.append((line_no, f"not a JSON object ({type(obj).__name__})", text))
+            continue
+        sid = _session_id(_lookup(obj, session_field))
+        if sid is None:
+            rejects.append((line_no, f"missing session id (field {session_field!r})", text))
+            continue
+        ts_value = _lookup(obj, ts_field)
+        if ts_value is None:
+            rejects.append((line_no, f"missing timestamp (field {ts_field!r})", text))
+            continue
+        try:
+            ts = parse_ts(ts_value)
+        except (ValueError, TypeError, OverflowError, OSError):
+            rejects.append((line_no, f"bad timestamp: {str(ts_value)[:64]!r}", text))
+            continue
+        kv = [(k, v) for k, v in flatten(obj) if k not in skip_keys]
+        events.append((sid, ts, line_no, kv))
 
     # Sort by session, then time, then arrival; step counts within a session.
     events.sort(key=lambda e: (e[0], e[1], e[2]))
@@ -162,10 +149,10 @@ def ingest_events(
     storage.write_parquet_atomic(pa.table(cols, schema=storage.OBJECTS_SCHEMA), obj_path)
     rej_path = storage.write_rejects(root, source, ingest_date, path, rejects)
     report = {
-        "read": read,
+        "read": reader.read,
         "parsed": len(events),
         "rejected": len(rejects),
-        "blank": blank,
+        "blank": reader.blank,
         "objects": len(events),
         "rows": len(cols["key"]),
         "sequences": len({e[0] for e in events}),

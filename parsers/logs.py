@@ -194,47 +194,35 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     rejects: list[tuple[int, str, str]] = []
     masked_to_cluster: dict = {}
     ts_cache: dict = {}
-    read = blank = no_id = 0
-    with storage.open_input(log_path) as fh:
-        for line_no, raw in enumerate(fh, 1):
-            read += 1
-            raw = raw.rstrip(b"\r\n")
+    no_id = 0
+    reader = storage.LineReader(log_path, rejects)
+    for line_no, text in reader:
+        m = header_rx.match(text)
+        if m is None:
+            rejects.append((line_no, f"header mismatch: not a {fmt.name} line", text))
+            continue
+        groups = m.groupdict()
+        ts = None
+        if fmt.ts_format:
             try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                rejects.append(
-                    (line_no, f"undecodable: {exc.reason} at byte {exc.start}", raw.decode("utf-8", "replace"))
-                )
+                ts = _parse_ts(fmt, groups, ts_cache)
+            except ValueError:
+                rejects.append((line_no, "bad timestamp", text))
                 continue
-            if not text.strip():
-                blank += 1
-                continue
-            m = header_rx.match(text)
-            if m is None:
-                rejects.append((line_no, f"header mismatch: not a {fmt.name} line", text))
-                continue
-            groups = m.groupdict()
-            ts = None
-            if fmt.ts_format:
-                try:
-                    ts = _parse_ts(fmt, groups, ts_cache)
-                except ValueError:
-                    rejects.append((line_no, "bad timestamp", text))
-                    continue
-            content = groups["Content"].strip()
-            masked = miner.masker.mask(content)
-            cluster = masked_to_cluster.get(masked)
-            if cluster is None:
-                cluster, _ = miner.drain.add_log_message(masked)
-                masked_to_cluster[masked] = cluster
-            else:
-                cluster.size += 1
-            ids = list(dict.fromkeys(id_rx.findall(content))) if id_rx else []
-            if not ids:
-                no_id += 1
-                continue
-            groups["Content"] = content
-            lines.append((line_no, groups, ts, ids, cluster.cluster_id))
+        content = groups["Content"].strip()
+        masked = miner.masker.mask(content)
+        cluster = masked_to_cluster.get(masked)
+        if cluster is None:
+            cluster, _ = miner.drain.add_log_message(masked)
+            masked_to_cluster[masked] = cluster
+        else:
+            cluster.size += 1
+        ids = list(dict.fromkeys(id_rx.findall(content))) if id_rx else []
+        if not ids:
+            no_id += 1
+            continue
+        groups["Content"] = content
+        lines.append((line_no, groups, ts, ids, cluster.cluster_id))
 
     # ---- pass 2: final templates, named parameters, sequence order
     per_seq: dict[str, list[int]] = {}
@@ -277,10 +265,10 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     miner.save_state(f"ingest {log_path.name}")
 
     report = {
-        "read": read,
-        "parsed": read - blank - len(rejects),
+        "read": reader.read,
+        "parsed": reader.read - reader.blank - len(rejects),
         "rejected": len(rejects),
-        "blank": blank,
+        "blank": reader.blank,
         "no_sequence_id": no_id,
         "objects": sum(len(v) for v in per_seq.values()),
         "rows": len(cols["key"]),

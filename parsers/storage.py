@@ -202,6 +202,37 @@ def open_input(path: str | os.PathLike):
     return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
 
 
+class LineReader:
+    """Decoded, non-blank lines of an input file (``.gz`` too), with 1-based line numbers.
+
+    Undecodable lines and a truncated or corrupt gzip stream become rejects (line number,
+    reason, raw text) instead of errors; ``read`` and ``blank`` count what was seen.
+    """
+
+    def __init__(self, path: str | os.PathLike, rejects: list[tuple[int, str, str]]):
+        self.path, self.rejects = Path(path), rejects
+        self.read = self.blank = 0
+
+    def __iter__(self):
+        with open_input(self.path) as fh:
+            try:
+                for line_no, raw in enumerate(fh, 1):
+                    self.read += 1
+                    raw = raw.rstrip(b"\r\n")
+                    try:
+                        text = raw.decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        reason = f"undecodable: {exc.reason} at byte {exc.start}"
+                        self.rejects.append((line_no, reason, raw.decode("utf-8", "replace")))
+                        continue
+                    if not text.strip():
+                        self.blank += 1
+                        continue
+                    yield line_no, text
+            except (EOFError, gzip.BadGzipFile, OSError) as exc:
+                self.rejects.append((self.read + 1, f"truncated or corrupt gzip: {exc}", ""))
+
+
 def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:
     files = sorted(folder.glob("**/part-*.parquet")) if folder.exists() else []
     if not files:
