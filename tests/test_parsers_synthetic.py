@@ -10,6 +10,7 @@ import pytest
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import cross_val_score
 
+from parsers import synthetic
 from parsers.synthetic import SESSION_LABELS, generate_hdfs_logs, generate_session_events
 
 # LogHub's HDFS_1 line format, written out independently of parsers.logs.
@@ -118,17 +119,7 @@ def test_session_events_are_valid_prefixes_with_imbalanced_labels(sessions):
 
 
 def _features(evs, with_values):
-    types = [
-        "page_view",
-        "search",
-        "api_call",
-        "service_create",
-        "service_delete",
-        "error",
-        "billing_view",
-        "docs_view",
-        "login",
-    ]
+    types = list(synthetic._EVENT_TYPES)
     c = Counter(e["event_type"] for e in evs)
     x = [c[t] / len(evs) for t in types]
     if with_values:
