@@ -4,6 +4,7 @@
     seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
     seqenc score --model DIR --input PARQUET_ROOT --source SRC --out FILE
+    seqenc bench model --json OUT  TVM-KA vs flattened BERT: time and peak memory of one pass
 
 Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.
 """
@@ -39,7 +40,8 @@ def _print_summary(summary: dict) -> None:
 def cmd_demo(args) -> int:
     from training.pipeline import run_demo
 
-    summary = run_demo(args.out, size=args.size, seed=args.seed, progress=not args.no_progress)
+    summary = run_demo(args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
+                       pretrained=args.pretrained, pretrained_layers=args.pretrained_layers)
     _print_summary(summary)
     print(f"summary: {args.out}/summary.json")
     return 0
@@ -75,6 +77,27 @@ def cmd_score(args) -> int:
     return 0
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x)
+
+
+def cmd_bench_model(args) -> int:
+    from seqenc.bench import ModelBenchSettings, bench_model, table, write_outputs
+
+    settings = ModelBenchSettings(
+        n_objects=_ints(args.n_objects), n_keys=_ints(args.n_keys), models=tuple(args.models.split(",")),
+        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, n_shared_heads=args.n_shared_heads,
+        window=args.window, tokens_per_value=args.tokens_per_value, attn_backend=args.attn_backend,
+        threads=args.threads, max_mb=args.max_mb, max_seconds=args.max_seconds, repeat=args.repeat,
+    )
+    result = bench_model(settings, progress=not args.no_progress)
+    paths = write_outputs(result, args.json)
+    print(table(result))
+    print(json.dumps(result["summary"], indent=2))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -85,6 +108,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", required=True, help="output directory (data, models, MLflow store, summary.json)")
     demo.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in data and model size")
     demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--pretrained", default=None, metavar="minilm|DIR",
+                      help="initialise TVM and KA from a BERT checkpoint (minilm = the bundled MiniLM-L6-H384; "
+                           "slow on CPU: 384 wide, 6 layers)")
+    demo.add_argument("--pretrained-layers", type=int, default=None, metavar="N",
+                      help="keep only the checkpoint's first N layers (default: all)")
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
     demo.set_defaults(func=cmd_demo)
 
@@ -116,6 +144,27 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--out", required=True, help="predictions Parquet file")
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)
+
+    bench = sub.add_parser("bench", help="benchmarks (JSON + Markdown table + plot)")
+    bsub = bench.add_subparsers(dest="bench", required=True)
+    bm = bsub.add_parser("model", help="TVM-KA vs flattened dense BERT: seconds and peak MB of one pass")
+    bm.add_argument("--json", required=True, help="output JSON (a .md table and a .png plot go beside it)")
+    bm.add_argument("--n-objects", default="50,300,1000,3000", help="comma-separated N")
+    bm.add_argument("--n-keys", default="10,25,100", help="comma-separated K")
+    bm.add_argument("--models", default="tvmka,flattened")
+    bm.add_argument("--d-model", type=int, default=256)
+    bm.add_argument("--n-layers", type=int, default=4)
+    bm.add_argument("--n-heads", type=int, default=8)
+    bm.add_argument("--n-shared-heads", type=int, default=4)
+    bm.add_argument("--window", type=int, default=512, help="TVM window (max positions)")
+    bm.add_argument("--tokens-per-value", type=int, default=3)
+    bm.add_argument("--attn-backend", default="sdpa", choices=["sdpa", "eager"])
+    bm.add_argument("--threads", type=int, default=0, help="torch threads per row (0 = default)")
+    bm.add_argument("--max-mb", type=int, default=8192, help="memory budget per row; above it: oom")
+    bm.add_argument("--max-seconds", type=float, default=300.0, help="time budget per row; above it: over_limit")
+    bm.add_argument("--repeat", type=int, default=3, help="passes per row (up to 60 s); the fastest is reported")
+    bm.add_argument("--no-progress", action="store_true")
+    bm.set_defaults(func=cmd_bench_model)
     return parser
 
 

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TASKS = ("binary", "multiclass")
+TASKS = ("binary", "multiclass", "next_item")
 
 
 @dataclass
@@ -32,7 +32,7 @@ class TVMKAConfig:
     n_heads: int = 8
     n_shared_heads: int = 4  # p in the paper; 0 disables sharing
     d_ff: int = 1024
-    hidden_act: str = "gelu"
+    hidden_act: str = "gelu"  # "gelu" (exact, as BERT), "gelu_tanh" (BERT's "gelu_new") or "relu"
     dropout: float = 0.1
     attn_dropout: float = 0.1
     layer_norm_eps: float = 1e-12
@@ -52,9 +52,12 @@ class TVMKAConfig:
     max_windows: int = 64  # safety bound per key; windows past it are counted and logged
 
     # --- task head on the KA ----------------------------------------------------------------
+    # "binary" / "multiclass": a classifier over n_classes (class_names for reports);
+    # "next_item": retrieval over a catalogue of n_items learned item embeddings (top-k).
     task: str = "binary"
     n_classes: int = 2
     class_names: list[str] = field(default_factory=list)
+    n_items: int = 0
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -65,6 +68,8 @@ class TVMKAConfig:
             raise ValueError(f"drophead={self.drophead} must lie in [0, 1)")
         if self.task not in TASKS:
             raise ValueError(f"task={self.task!r} is not one of {TASKS}")
+        if self.task == "next_item" and self.n_items < 1:
+            raise ValueError("task='next_item' needs n_items >= 1 (the catalogue size)")
         if self.long_sequences not in ("window", "truncate"):
             raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
 
@@ -75,6 +80,11 @@ class TVMKAConfig:
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def n_outputs(self) -> int:
+        """Width of the KA's output: classes, or catalogue items for next-item retrieval."""
+        return self.n_items if self.task == "next_item" else self.n_classes
 
     # --- persistence ------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -39,14 +39,23 @@ from torch import nn
 
 from seqenc.attention import SelfAttention, SharedHeadProjections, additive_mask
 from seqenc.config import TVMKAConfig
+from seqenc.heads import make_head
 
 log = logging.getLogger(__name__)
 
-ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU}
+ACTIVATIONS = {
+    "gelu": nn.GELU,  # exact (erf) GELU, BERT's "gelu"
+    "gelu_tanh": lambda: nn.GELU(approximate="tanh"),  # BERT's "gelu_new" / "gelu_pytorch_tanh"
+    "relu": nn.ReLU,
+}
 
 
 class Embeddings(nn.Module):
-    """Token (+ position) (+ token type 0) embeddings, then LayerNorm and dropout."""
+    """Token (+ position) (+ token type) embeddings, then LayerNorm and dropout.
+
+    Token types default to 0 everywhere (S(k) has one segment); the flattened baseline marks
+    key tokens 0 and value tokens 1.
+    """
 
     def __init__(self, config: TVMKAConfig, positional: bool = True):
         super().__init__()
@@ -56,10 +65,11 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        # input_ids: [B, L] -> [B, L, d_model]
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        # input_ids: [B, L] (token_type_ids: [B, L] or None) -> [B, L, d_model]
         L = input_ids.size(1)
-        x = self.word(input_ids) + self.token_type.weight[0]
+        types = self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids)
+        x = self.word(input_ids) + types
         if self.position is not None:
             x = x + self.position(torch.arange(L, device=input_ids.device))
         return self.dropout(self.norm(x))
@@ -159,7 +169,7 @@ def pool_windows(cls_vectors: torch.Tensor, owner: torch.Tensor, n_keys: int) ->
 
 
 class KeyAggregator(nn.Module):
-    """Set encoder over [CLS; KR(k)...] (no positions) with a classification head."""
+    """Set encoder over [CLS; KR(k)...] (no positions) with a task head (seqenc.heads)."""
 
     def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None):
         super().__init__()
@@ -170,10 +180,7 @@ class KeyAggregator(nn.Module):
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
         self.encoder = Encoder(config, shared, drophead=0.0)  # DropHead is TVM-only
-        self.head = nn.Sequential(
-            nn.Linear(config.d_model, config.d_model), nn.Tanh(), nn.Dropout(config.dropout),
-            nn.Linear(config.d_model, config.n_classes),
-        )
+        self.head = make_head(config)
 
     def encode(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
         # key_reprs: [B, K, d_model], key_mask: [B, K] bool -> [B, d_model] sequence embedding
@@ -190,10 +197,56 @@ class KeyAggregator(nn.Module):
         self.kr_std.copy_(kr.std(0).clamp(min=1e-6))
 
     def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encode(key_reprs, key_mask))  # [B, n_classes] logits
+        return self.head(self.encode(key_reprs, key_mask))  # [B, n_outputs] logits / item scores
+
+    @torch.no_grad()
+    def top_k(self, key_reprs: torch.Tensor, key_mask: torch.Tensor, k: int = 10):
+        """Next-item retrieval: (scores [B, k], item ids [B, k]) of the best catalogue items."""
+        if self.config.task != "next_item":
+            raise ValueError(f"top_k needs task='next_item', this KA does {self.config.task!r}")
+        return self.head.top_k(self.encode(key_reprs, key_mask), k)
 
 
-class TVMKA(nn.Module):
+class SaveLoadMixin:
+    """Hugging Face style persistence for every model of the package: a directory with
+    ``config.json`` (the TVMKAConfig), ``model.safetensors``, ``architecture.json`` (class name
+    and constructor options, checked on load) and optional ``metadata.json``. Nothing pickled.
+    Subclasses take ``(config, **init_options())`` in their constructor."""
+
+    config: TVMKAConfig
+
+    def init_options(self) -> dict:
+        return {}
+
+    def save_pretrained(self, directory: str | Path, extra: dict | None = None) -> Path:
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.config.save(directory / "config.json")
+        arch = {"class": type(self).__name__, "options": self.init_options()}
+        (directory / "architecture.json").write_text(json.dumps(arch, indent=2))
+        # save_model de-duplicates tensors held twice (the TVM-KA shared heads)
+        save_model(self, str(directory / "model.safetensors"))
+        if extra:
+            (directory / "metadata.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
+        return directory
+
+    @classmethod
+    def from_pretrained(cls, directory: str | Path, map_location: str = "cpu"):
+        directory = Path(directory)
+        options = {}
+        if (directory / "architecture.json").is_file():
+            arch = json.loads((directory / "architecture.json").read_text())
+            if arch["class"] != cls.__name__:
+                raise ValueError(f"{directory} holds a {arch['class']}, not a {cls.__name__}")
+            options = arch.get("options", {})
+        model = cls(TVMKAConfig.load(directory / "config.json"), **options)
+        missing, unexpected = load_model(model, str(directory / "model.safetensors"), device=map_location)
+        if missing or unexpected:
+            raise ValueError(f"checkpoint mismatch: missing={missing}, unexpected={unexpected}")
+        return model
+
+
+class TVMKA(SaveLoadMixin, nn.Module):
     """TVM and KA built from one config, sharing the Q/K/V weights of p heads per layer."""
 
     def __init__(self, config: TVMKAConfig):
@@ -209,23 +262,3 @@ class TVMKA(nn.Module):
 
     def shared_parameters(self) -> list[nn.Parameter]:
         return [p for n, p in self.tvm.named_parameters() if ".attn.shared." in n]
-
-    # --- Hugging Face style persistence: a directory with config.json + model.safetensors ---
-    def save_pretrained(self, directory: str | Path, extra: dict | None = None) -> Path:
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        self.config.save(directory / "config.json")
-        # save_model de-duplicates the shared-head tensors that both networks reference
-        save_model(self, str(directory / "model.safetensors"))
-        if extra:
-            (directory / "metadata.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
-        return directory
-
-    @classmethod
-    def from_pretrained(cls, directory: str | Path, map_location: str = "cpu") -> TVMKA:
-        directory = Path(directory)
-        model = cls(TVMKAConfig.load(directory / "config.json"))
-        missing, unexpected = load_model(model, str(directory / "model.safetensors"), device=map_location)
-        if missing or unexpected:
-            raise ValueError(f"checkpoint mismatch: missing={missing}, unexpected={unexpected}")
-        return model

@@ -4,8 +4,15 @@ Two ways to get one:
 * :meth:`ValueTokenizer.train` learns a WordPiece vocabulary from the corpus's keys and values
   (BERT normalisation: lower-case, accents stripped; BERT pre-tokenisation: split on
   whitespace and punctuation, so ``10.250.19.102:50010`` becomes ``10 . 250 . 19 . 102 : 50010``);
-* :meth:`ValueTokenizer.from_file` loads a ``tokenizer.json`` (for example a pre-trained BERT
-  vocabulary) and adds the special tokens it lacks, [VAL_SEP] above all.
+* :meth:`ValueTokenizer.from_file` loads a ``tokenizer.json`` and adds the special tokens it
+  lacks; :meth:`ValueTokenizer.from_bert` takes a pre-trained BERT vocabulary (``"minilm"`` =
+  the bundled MiniLM, see seqenc.pretrained). Choice: [VAL_SEP] is *appended* after BERT's
+  30,522 tokens (id 30,522) rather than renaming an ``[unusedN]`` slot, so any BERT vocabulary
+  works; seqenc.pretrained gives its embedding row the mean embedding.
+
+Any truncation or padding configured in a loaded ``tokenizer.json`` (sentence-transformers
+ships ``max_length`` 128-256) is switched off: a value must never be cut silently; windowing
+(seqenc.sequences) decides what fits.
 
 Values repeat a lot in logs (the same template, the same ports), so :meth:`encode_many`
 tokenises each distinct string once.
@@ -27,6 +34,8 @@ class ValueTokenizer:
         missing = [t for t in SPECIAL_TOKENS if tokenizer.token_to_id(t) is None]
         if missing:
             tokenizer.add_special_tokens(missing)
+        tokenizer.no_truncation()
+        tokenizer.no_padding()
         self.tokenizer = tokenizer
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id, self.val_sep_id = (
             tokenizer.token_to_id(t) for t in SPECIAL_TOKENS
@@ -54,6 +63,22 @@ class ValueTokenizer:
     @classmethod
     def from_file(cls, path: str | Path) -> ValueTokenizer:
         return cls(Tokenizer.from_file(str(path)))
+
+    @classmethod
+    def from_bert(cls, name_or_path: str | Path = "minilm") -> ValueTokenizer:
+        """The WordPiece vocabulary of a BERT checkpoint directory, plus [VAL_SEP]."""
+        from seqenc.pretrained import resolve_bert_dir
+
+        directory = resolve_bert_dir(name_or_path)
+        if (directory / "tokenizer.json").is_file():
+            return cls.from_file(directory / "tokenizer.json")
+        if (directory / "vocab.txt").is_file():
+            tok = Tokenizer(models.WordPiece.from_file(str(directory / "vocab.txt"), unk_token=UNK))
+            tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            tok.decoder = decoders.WordPiece()
+            return cls(tok)
+        raise FileNotFoundError(f"{directory} has neither tokenizer.json nor vocab.txt")
 
     def save(self, path: str | Path) -> None:
         self.tokenizer.save(str(path))

@@ -88,3 +88,20 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
     assert storage.read_objects(out / "data", "hdfs").height == 2 * before  # two partitions exist
     seqs = pipeline.stage_sequences(str(out), "anomaly", "tiny", 0, ingest_date="2030-01-02")
     assert seqs["stats"]["values"] == stats_before["values"]  # one interval's values, not doubled
+
+
+def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
+    """--pretrained minilm: BERT vocabulary (+[VAL_SEP]), MiniLM weights, train, save, score."""
+    out = str(tmp_path)
+    raw = pipeline.stage_generate(out, "tiny", seed=0)
+    ingest = pipeline.stage_ingest_logs(out, raw["hdfs_log"], raw["hdfs_labels"])
+    seqs = pipeline.stage_sequences(out, "anomaly", "tiny", ingest_date=ingest["ingest_date"], pretrained="minilm")
+    assert seqs["stats"]["vocab_size"] == 30523 and seqs["stats"]["dropped_values"] == 0
+    trained = pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", pretrained_layers=1)
+    model, tok, _ = load_bundle(trained["model_dir"])
+    assert (model.config.d_model, model.config.n_layers, model.config.n_heads) == (384, 1, 12)
+    assert tok.vocab_size == 30523
+    params = mlflow.MlflowClient(trained["tracking_uri"]).get_run(trained["run_id"]).data.params
+    assert params["pretrained"] == "minilm"
+    scored = pipeline.stage_score(out, "anomaly", progress=False, ingest_date=ingest["ingest_date"])
+    assert scored["rows"] > 0 and set(scored["metrics"]) == {"precision", "recall", "f1"}

@@ -91,3 +91,26 @@ def test_tokenize_and_parquet_round_trip(tmp_path):
     assert back.windows == data.windows and back.window_key.tolist() == data.window_key.tolist()
     sub = data.subset(np.array([1]))
     assert sub.sequence_ids == ["b"] and sub.keys == ["size"] and sub.key_seq.tolist() == [0]
+
+
+def test_truncate_mode_is_counted_in_the_logs(caplog):
+    import logging
+
+    import polars as pl
+
+    from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+    from seqenc.tokenizer import ValueTokenizer
+
+    objects = pl.DataFrame({"sequence_id": ["s"] * 30, "step": list(range(30)), "key": ["k"] * 30,
+                            "value": [f"v{i}" for i in range(30)]})
+    tok = ValueTokenizer.train(objects["value"].to_list() + ["k"], vocab_size=100, min_frequency=1)
+    seqs = collect_value_sequences(objects)
+    with caplog.at_level(logging.WARNING, logger="seqenc.sequences"):
+        data = tokenize_value_sequences(seqs, tok, max_len=16, mode="truncate")
+    assert len(data.windows) == 1 and data.dropped_values > 0
+    assert f"{data.dropped_values} of 30 values did not fit (mode=truncate" in caplog.text
+    assert tok.decode(data.windows[0]).endswith("v29")  # the most recent value is kept
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="seqenc.sequences"):
+        data = tokenize_value_sequences(seqs, tok, max_len=16, mode="window")
+    assert data.dropped_values == 0 and len(data.windows) > 1 and "did not fit" not in caplog.text

@@ -29,6 +29,7 @@ from parsers import logs as log_ingest
 from parsers import storage, synthetic
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
+from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import tracking
@@ -77,6 +78,13 @@ SIZES = {
                   "warmup_steps": 2, "log_every": 2},
     },
 }
+
+
+# Pre-trained init (``pretrained="minilm"`` or a BERT directory): the architecture and the
+# WordPiece vocabulary come from the checkpoint; the size still sets the data, the TVM window and
+# the step counts. Choice: smaller learning rates (the paper's grid holds 1e-4 .. 5e-6), and the
+# KA starts from the checkpoint's layers too (into_ka).
+PRETRAINED_TRAIN = {"lr_tvm": 5e-5, "lr_ka": 1e-4}
 
 
 def _size(size: str) -> dict:
@@ -128,8 +136,9 @@ def _jsonable(report: dict) -> dict:
 
 # --- 3. value sequences -----------------------------------------------------------------------
 def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
-                    ingest_date: str | None = None) -> dict:
-    """S(k) for every labelled sequence, a stratified split, a WordPiece vocabulary from train.
+                    ingest_date: str | None = None, pretrained: str | None = None) -> dict:
+    """S(k) for every labelled sequence, a stratified split, a WordPiece vocabulary from train
+    (or the pre-trained checkpoint's vocabulary when ``pretrained`` is given).
 
     ``ingest_date`` restricts the input to one ingest partition (None: all of them)."""
     spec = TASKS[task_name]
@@ -155,9 +164,13 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
     train_rows = value_seqs.join(split_df.filter(pl.col("split") == "train"), on="sequence_id", how="semi")
     texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
     model_cfg = _size(size)["model"]
-    tok = ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"])
+    tok = (ValueTokenizer.from_bert(pretrained) if pretrained
+           else ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"]))
     tok.save(out / "tokenizer.json")
-    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"])
+    defaults = TVMKAConfig()  # how a long S(k) is handled follows the model config
+    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
+                                    model_cfg.get("long_sequences", defaults.long_sequences),
+                                    model_cfg.get("max_windows", defaults.max_windows))
     data.write_parquet(out / "windows.parquet")
     stats = {**data.stats, "vocab_size": tok.vocab_size,
              "class_counts": {c: int((y == i).sum()) for i, c in enumerate(spec.class_names)}}
@@ -166,8 +179,13 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
 
 
 # --- 4. train ---------------------------------------------------------------------------------
-def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, progress: bool = True) -> dict:
-    """Algorithm 1 on one task, logged to MLflow; saves the model bundle and evaluation plots."""
+def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, progress: bool = True,
+                pretrained: str | None = None, pretrained_layers: int | None = None) -> dict:
+    """Algorithm 1 on one task, logged to MLflow; saves the model bundle and evaluation plots.
+
+    ``pretrained`` ("minilm" or a BERT directory) initialises TVM and KA from that checkpoint;
+    stage_sequences must have been run with the same value (its vocabulary). ``pretrained_layers``
+    keeps only the checkpoint's first layers (default: all)."""
     spec, sz = TASKS[task_name], _size(size)
     seq_dir = Path(workdir) / "sequences" / task_name
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
@@ -179,15 +197,21 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
               for name in ("train", "dev", "test")}
 
     torch.manual_seed(seed)
-    config = TVMKAConfig(**{**sz["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
-                            "task": spec.task, "n_classes": len(spec.class_names),
-                            "class_names": list(spec.class_names)})
-    train_cfg = TrainConfig(**{**sz["train"], "seed": seed})
-    model = TVMKA(config)
+    task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task,
+            "n_classes": len(spec.class_names), "class_names": list(spec.class_names)}
+    if pretrained:
+        depth = {"n_layers": pretrained_layers} if pretrained_layers else {}
+        model = tvmka_from_bert(pretrained, into_ka=True, max_positions=sz["model"]["max_positions"], **depth, **task)
+        train_cfg = TrainConfig(**{**sz["train"], **PRETRAINED_TRAIN, "seed": seed})
+    else:
+        model = TVMKA(TVMKAConfig(**{**sz["model"], **task}))
+        train_cfg = TrainConfig(**{**sz["train"], "seed": seed})
+    config = model.config
     out = _fresh_dir(Path(workdir) / "models" / task_name)
     plots = _fresh_dir(Path(workdir) / "plots" / task_name)
     stats = json.loads((seq_dir / "stats.json").read_text())
-    params = {"task": task_name, "mode": "interleaved", "size": size, "model": config.to_dict(),
+    params = {"task": task_name, "mode": "interleaved", "size": size, "pretrained": pretrained or "none",
+              "model": config.to_dict(),
               "train": asdict(train_cfg), "data": stats}
     with tracking.run(workdir, run_name=f"{task_name}-interleaved", params=params,
                       tags={"task": task_name, "mode": "interleaved"}) as run:
@@ -238,7 +262,8 @@ def stage_score(workdir: str, task_name: str, split: str = "test", progress: boo
 
 
 # --- the whole job ----------------------------------------------------------------------------
-def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = True) -> dict:
+def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = True,
+             pretrained: str | None = None, pretrained_layers: int | None = None) -> dict:
     t0 = time.time()
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -251,8 +276,9 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
     for task_name in TASKS:
         summary["ingest"][task_name] = ingest[task_name]["report"]
         date = ingest[task_name]["ingest_date"]
-        stage_sequences(str(out), task_name, size, seed, ingest_date=date)
-        trained = stage_train(str(out), task_name, size, seed, progress=progress)
+        stage_sequences(str(out), task_name, size, seed, ingest_date=date, pretrained=pretrained)
+        trained = stage_train(str(out), task_name, size, seed, progress=progress, pretrained=pretrained,
+                              pretrained_layers=pretrained_layers)
         scored = stage_score(str(out), task_name, progress=progress, ingest_date=date)
         summary["metrics"][task_name] = trained["metrics"]["test"]
         summary["run_ids"].append(trained["run_id"])
