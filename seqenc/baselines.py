@@ -221,6 +221,9 @@ class RecordViewEncoder(SaveLoadMixin, nn.Module):
     def encode(self, input_ids, token_type_ids, token_mask, object_mask) -> torch.Tensor:
         # ids/types/token_mask [B, M, T], object_mask [B, M] -> [B, d_model]
         B, M, _ = input_ids.shape
+        if M + 1 > self.object_position.num_embeddings:
+            raise ValueError(f"{M} objects exceed the record view's {self.object_position.num_embeddings - 1} "
+                             "object positions; pass max_objects <= max_positions to record_batch")
         objects = self.object_vectors(input_ids, token_type_ids, token_mask)
         x = torch.cat([self.cls.expand(B, 1, -1), objects], 1)  # [B, 1 + M, d_model]
         x = x + self.object_position(torch.arange(M + 1, device=x.device))

@@ -10,6 +10,10 @@ Chain, as in BERT: Embeddings -> Layer (self-attention + feed-forward) -> Encode
   (Eq. 4); a task head reads the [CLS] output.
 * :class:`TVMKA`: builds both from one config and hands the same :class:`SharedHeadProjections`
   of each layer to both, so heads 1..p are literally the same parameters.
+* Task heads live in seqenc.heads (classification; next-item retrieval with ``top_k``); the
+  pre-trained BERT init in seqenc.pretrained; the paper's baselines in seqenc.baselines.
+* :class:`SaveLoadMixin` gives every model ``save_pretrained`` / ``from_pretrained`` (a
+  directory: config.json + model.safetensors + architecture.json).
 
 Choices where the paper is silent (documented here, see also seqenc.attention):
 * Post-LayerNorm BERT layers (as BERT, so a BERT checkpoint can initialise the TVM).

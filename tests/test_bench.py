@@ -54,6 +54,7 @@ def test_prediction_is_quadratic_for_flattened_and_linear_for_tvmka():
 
     done = [{"status": "ok", "tokens": 1000, "seconds": 1.0, "peak_mb": 400.0, "baseline_mb": 300.0},
             {"status": "oom", "tokens": 2000, "seconds": None, "peak_mb": None, "baseline_mb": None}]
-    assert _predict("flattened", 3000, done) == (9.0, 1200.0)
+    assert _predict("flattened", 3000, done, "eager") == (9.0, 1200.0)
+    assert _predict("flattened", 3000, done, "sdpa") == (9.0, 600.0)
     assert _predict("tvmka", 3000, done) == (3.0, 600.0)
     assert _predict("tvmka", 3000, done[1:]) is None
