@@ -33,7 +33,7 @@ import json
 import logging
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -43,71 +43,12 @@ from drain3.persistence_handler import PersistenceHandler
 from drain3.template_miner_config import TemplateMinerConfig
 
 from parsers import storage
+from parsers.drain import MaskAwareDrain
+from parsers.presets import DEFAULT_MASKS, HDFS, PRESETS, LogFormat, resolve  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
 
 KEY_NAMES_DIR = Path(__file__).parent / "key_names"
-_B = r"(?<![A-Za-z0-9_])"  # token boundary before a masked value
-_A = r"(?![A-Za-z0-9_])"  # token boundary after it
-DEFAULT_MASKS: tuple[tuple[str, str], ...] = (
-    # Order matters: a path swallows the block id inside it, an ip:port is not two numbers.
-    (_B + r"/(?:[\w.$\-]+/)+[\w.$\-]*", "PATH"),
-    (_B + r"blk_-?\d+" + _A, "BLK"),
-    (_B + r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?" + _A, "IP"),
-    (_B + r"0x[0-9a-fA-F]+" + _A, "HEX"),
-    (_B + r"[-+]?\d+(?:\.\d+)?" + _A, "NUM"),
-)
-
-
-@dataclass(frozen=True)
-class LogFormat:
-    """How to read one kind of log.
-
-    ``header`` names fields in ``<Angle>`` brackets; literal text between them is matched
-    as written, spaces as ``\\s+``. ``Content`` is the free text given to Drain3 and must be
-    the last field. ``field_patterns`` tightens single fields (default ``.*?``).
-    """
-
-    name: str
-    header: str
-    field_patterns: dict[str, str] = field(default_factory=dict)
-    ts_fields: tuple[str, ...] = ()
-    ts_format: str | None = None  # strptime format of the ts_fields joined by one space
-    id_pattern: str | None = None
-    masks: tuple[tuple[str, str], ...] = DEFAULT_MASKS
-    depth: int = 4
-    sim_th: float = 0.5
-    key_names: str | None = None  # file name under parsers/key_names/
-
-    def regex(self) -> re.Pattern:
-        parts = re.split(r"(<[^<>]+>)", self.header)
-        out = []
-        for i, part in enumerate(parts):
-            if i % 2 == 0:  # literal text
-                out.append(r"\s+".join(re.escape(p) for p in part.split(" ")))
-            else:
-                name = part[1:-1]
-                default = ".*" if name == "Content" else ".*?"
-                out.append(f"(?P<{name}>{self.field_patterns.get(name, default)})")
-        return re.compile("^" + "".join(out) + "$")
-
-    @property
-    def fields(self) -> list[str]:
-        return [f for f in re.findall(r"<([^<>]+)>", self.header) if f != "Content"]
-
-
-HDFS = LogFormat(
-    name="hdfs",
-    header="<Date> <Time> <Pid> <Level> <Component>: <Content>",
-    field_patterns={"Date": r"\d{6}", "Time": r"\d{6}", "Pid": r"\d+", "Level": r"[A-Z]+", "Component": r"[^\s:]+"},
-    ts_fields=("Date", "Time"),
-    ts_format="%y%m%d %H%M%S",
-    id_pattern=r"blk_-?\d+",
-    depth=4,
-    sim_th=0.5,
-    key_names="hdfs.json",
-)
-PRESETS: dict[str, LogFormat] = {"hdfs": HDFS}
 
 
 class AtomicFilePersistence(PersistenceHandler):
@@ -129,14 +70,18 @@ def make_miner(fmt: LogFormat, state_path: str | Path | None) -> TemplateMiner:
     config.masking_instructions = [MaskingInstruction(p, name) for p, name in fmt.masks]
     config.drain_depth = fmt.depth
     config.drain_sim_th = fmt.sim_th
+    config.drain_extra_delimiters = list(fmt.extra_delimiters)
     handler = AtomicFilePersistence(state_path) if state_path else None
-    return TemplateMiner(handler, config)
+    miner = TemplateMiner(handler, config)
+    miner.drain.__class__ = MaskAwareDrain  # masked values count as parameters (parsers.drain)
+    return miner
 
 
 def load_key_names(fmt: LogFormat) -> dict[str, list[str]]:
     if not fmt.key_names:
         return {}
-    data = json.loads((KEY_NAMES_DIR / fmt.key_names).read_text(encoding="utf-8"))
+    path = KEY_NAMES_DIR / fmt.key_names if not Path(fmt.key_names).is_absolute() else Path(fmt.key_names)
+    data = json.loads(path.read_text(encoding="utf-8"))
     return data["templates"]
 
 
@@ -154,21 +99,53 @@ def slot_names(template: str, masks: list[str], key_names: dict[str, list[str]],
     return out
 
 
-def _resolve(preset: str | LogFormat) -> LogFormat:
-    if isinstance(preset, LogFormat):
-        return preset
-    try:
-        return PRESETS[preset]
-    except KeyError:
-        raise ValueError(f"unknown log preset {preset!r}; known: {sorted(PRESETS)}") from None
+@dataclass
+class ParsedLine:
+    groups: dict[str, str]  # header fields and the stripped Content
+    ts: dt.datetime | None
+    cluster: object  # drain3 LogCluster
 
 
-def _parse_ts(fmt: LogFormat, groups: dict, cache: dict) -> dt.datetime:
-    """Timestamp from the header fields (cached: many lines share a second)."""
-    text = " ".join(groups[f] for f in fmt.ts_fields)
-    if text not in cache:
-        cache[text] = dt.datetime.strptime(text, fmt.ts_format)
-    return cache[text]
+class LineParser:
+    """One raw line -> header fields, timestamp and Drain3 cluster (or a reject reason).
+
+    The single place where a line meets the header regex, the masks and Drain3: ingestion and
+    ``seqenc bench parse`` both use it. Identical masked contents are cached to their cluster,
+    so repeats skip the tree search (the cluster's size is still counted).
+    """
+
+    def __init__(self, preset: str | LogFormat, state_path: str | Path | None):
+        self.fmt = resolve(preset)
+        self.header_rx = self.fmt.regex()
+        self.miner = make_miner(self.fmt, state_path)
+        self._clusters: dict[str, object] = {}
+        self._ts: dict[str, dt.datetime] = {}
+
+    def parse(self, text: str) -> ParsedLine | str:
+        fmt = self.fmt
+        m = self.header_rx.match(text)
+        if m is None:
+            return f"header mismatch: not a {fmt.name} line"
+        groups = m.groupdict(default="")
+        ts = None
+        if fmt.ts_format:
+            stamp = " ".join(groups[f] for f in fmt.ts_fields)
+            ts = self._ts.get(stamp)
+            if ts is None:
+                try:
+                    ts = self._ts[stamp] = dt.datetime.strptime(stamp, fmt.ts_format)
+                except ValueError:
+                    return "bad timestamp"
+        content = groups["Content"].strip()
+        groups["Content"] = content
+        masked = self.miner.masker.mask(content)
+        cluster = self._clusters.get(masked)
+        if cluster is None:
+            cluster, _ = self.miner.drain.add_log_message(masked)
+            self._clusters[masked] = cluster
+        else:
+            cluster.size += 1
+        return ParsedLine(groups, ts, cluster)
 
 
 def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = "hdfs", ingest_date=None) -> dict:
@@ -179,49 +156,32 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     state_path, seconds``. Blank lines are counted (``blank``) and skipped.
     """
     start = time.perf_counter()
-    fmt = _resolve(preset)
+    fmt = resolve(preset)
     log_path = Path(log_path)
-    header_rx, id_rx = fmt.regex(), re.compile(fmt.id_pattern) if fmt.id_pattern else None
+    id_rx = re.compile(fmt.id_pattern) if fmt.id_pattern else None
     state_path = storage.drain_state_path(root, source)
-    miner = make_miner(fmt, state_path)
+    parser = LineParser(fmt, state_path)
+    miner = parser.miner
     clusters_before = len(miner.drain.clusters)
     key_names = load_key_names(fmt)
-    header_keys = [f.lower() for f in fmt.fields]
+    header_keys = [f.lower() for f in fmt.key_fields]
     reserved = {*header_keys, "template"}
 
     # ---- pass 1: split headers, feed Drain3 (masked-content cache skips the tree search)
     lines: list[tuple[int, dict, dt.datetime | None, list[str], int]] = []
     rejects: list[tuple[int, str, str]] = []
-    masked_to_cluster: dict = {}
-    ts_cache: dict = {}
     no_id = 0
     reader = storage.LineReader(log_path, rejects)
     for line_no, text in reader:
-        m = header_rx.match(text)
-        if m is None:
-            rejects.append((line_no, f"header mismatch: not a {fmt.name} line", text))
+        parsed = parser.parse(text)
+        if isinstance(parsed, str):
+            rejects.append((line_no, parsed, text))
             continue
-        groups = m.groupdict()
-        ts = None
-        if fmt.ts_format:
-            try:
-                ts = _parse_ts(fmt, groups, ts_cache)
-            except ValueError:
-                rejects.append((line_no, "bad timestamp", text))
-                continue
-        content = groups["Content"].strip()
-        masked = miner.masker.mask(content)
-        cluster = masked_to_cluster.get(masked)
-        if cluster is None:
-            cluster, _ = miner.drain.add_log_message(masked)
-            masked_to_cluster[masked] = cluster
-        else:
-            cluster.size += 1
+        groups, ts, cluster, content = parsed.groups, parsed.ts, parsed.cluster, parsed.groups["Content"]
         ids = list(dict.fromkeys(id_rx.findall(content))) if id_rx else []
         if not ids:
             no_id += 1
             continue
-        groups["Content"] = content
         lines.append((line_no, groups, ts, ids, cluster.cluster_id))
 
     # ---- pass 2: final templates, named parameters, sequence order
@@ -243,7 +203,7 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
             params = []
         names = slot_names(template, [p.mask_name for p in params], key_names, reserved)
         keys = [*header_keys, "template", *names]
-        values = [*(groups[f] for f in fmt.fields), template, *(p.value for p in params)]
+        values = [*(groups[f] for f in fmt.key_fields), template, *(p.value for p in params)]
         kv_of_line.append((keys, values))
     for sid, idxs in per_seq.items():
         idxs.sort(key=lambda i: (lines[i][2] is None, lines[i][2] or dt.datetime.min, lines[i][0]))

@@ -5,6 +5,7 @@
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
     seqenc score --model DIR --input PARQUET_ROOT --source SRC --out FILE
     seqenc bench model --json OUT  TVM-KA vs flattened BERT: time and peak memory of one pass
+    seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 defaults
 
 Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.
 """
@@ -49,8 +50,10 @@ def cmd_demo(args) -> int:
 
 def cmd_ingest_logs(args) -> int:
     from parsers.logs import ingest_labels, ingest_logs
+    from parsers.presets import resolve
 
-    report = ingest_logs(args.file, args.root, source=args.source, preset=args.preset, ingest_date=args.date)
+    fmt = resolve(args.preset, args.formats)
+    report = ingest_logs(args.file, args.root, source=args.source, preset=fmt, ingest_date=args.date)
     if args.labels:
         ingest_labels(args.labels, args.root, args.source, id_column=args.label_id_column,
                       label_column=args.label_column)
@@ -98,6 +101,18 @@ def cmd_bench_model(args) -> int:
     return 0
 
 
+def cmd_bench_parse(args) -> int:
+    from parsers.accuracy import bench_parse, parse_table, write_parse_outputs
+
+    result = bench_parse(args.loghub)
+    paths = write_parse_outputs(result, args.json)
+    print(parse_table(result))
+    if result["below_published_drain"]:
+        print("below published Drain GA: " + ", ".join(result["below_published_drain"]))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,7 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("file", help="raw log file")
     logs.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
     logs.add_argument("--source", default="hdfs", help="source name (partition key)")
-    logs.add_argument("--preset", default="hdfs", help="log format preset")
+    logs.add_argument("--preset", default="hdfs",
+                      help="log format: hdfs, hadoop, spark, zookeeper, bgl, hpc, linux, syslog, thunderbird, "
+                           "openstack, apache, or a name from --formats")
+    logs.add_argument("--formats", default=None, metavar="JSON",
+                      help="user log formats (see parsers/presets.py: load_formats)")
     logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
     logs.add_argument("--labels", default=None, help="optional labels CSV")
     logs.add_argument("--label-id-column", default="BlockId")
@@ -165,6 +184,10 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--repeat", type=int, default=3, help="passes per row (up to 60 s); the fastest is reported")
     bm.add_argument("--no-progress", action="store_true")
     bm.set_defaults(func=cmd_bench_model)
+    bp = bsub.add_parser("parse", help="Grouping Accuracy on LogHub-style folders, ours next to Drain3 defaults")
+    bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
+    bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
+    bp.set_defaults(func=cmd_bench_parse)
     return parser
 
 

@@ -1,0 +1,190 @@
+"""Log formats: header patterns, masks and Drain3 settings per kind of log.
+
+A :class:`LogFormat` says how to split a raw line into header fields and the free-text
+``Content`` (given to Drain3), what to mask in the content before Drain3 sees it, how deep and
+how similar Drain3's tree works, which regex pulls sequence ids out of a line, and which file
+names the template slots.
+
+Headers are written as LogPAI does, ``<Date> <Time> <Pid> <Level> <Component>: <Content>``:
+fields in angle brackets, literal text between them matched as written, any run of spaces as
+``\\s+``. ``field_patterns`` tighten single fields (default: lazy ``.*?``); a format whose
+header cannot be said that way (an optional ``[pid]``) gives ``header_regex`` with named
+groups instead.
+
+Presets cover HDFS, BGL, Hadoop, Spark, Zookeeper, OpenStack, HPC, Linux, Thunderbird, Apache
+and syslog. Their masks and Drain settings are chosen by the *format* of each system's lines
+(what its ids, addresses, paths, sizes and numbers look like), the same kind of per-dataset
+regexes and thresholds the LogPAI Drain benchmark publishes -- never from ground-truth
+templates. Users add their own formats (or extend a preset's masks) in a JSON file, see
+:func:`load_formats`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+_B = r"(?<![A-Za-z0-9_])"  # token boundary before a masked value
+_A = r"(?![A-Za-z0-9_])"  # token boundary after it
+
+# Building blocks, named by what they mask (the mask name becomes the default slot-key name).
+PATH = (_B + r"/(?:[\w.$\-]+/)+[\w.$\-]*", "PATH")
+BLK = (_B + r"blk_-?\d+(?:\s+blk_-?\d+)*" + _A, "BLK")  # one id, or a list of them as one value
+IP = (_B + r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?" + _A, "IP")
+UUID = (_B + r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}" + _A, "UUID")
+HEX = (_B + r"0x[0-9a-fA-F]+" + _A, "HEX")
+NUM = (_B + r"[-+]?\d+(?:\.\d+)?" + _A, "NUM")
+DEFAULT_MASKS: tuple[tuple[str, str], ...] = (PATH, BLK, IP, UUID, HEX, NUM)
+IP_SLASH = (r"/?" + IP[0], "IP")  # Zookeeper writes peers as /10.10.34.11:3888
+CLOCK = (_B + r"\d{2}:\d{2}:\d{2}" + _A, "TIME")
+SIZE_UNIT = (r"\b[KGTM]?B\b", "UNIT")
+HOST = (_B + r"(?:[\w-]+\.){2,}[\w-]+", "HOST")  # dotted names: hosts, classes, files
+CORE = (r"core\.\d+", "CORE")
+EQ_NUM = (r"(?<==)\d+", "NUM")
+IP_LIST = (_B + r"(?:\d{1,3}(?:\.\d{1,3}){3},?)+", "IP")
+SLASH_PATH = (r"/\S+", "PATH")
+
+
+@dataclass(frozen=True)
+class LogFormat:
+    name: str
+    header: str = "<Content>"
+    header_regex: str | None = None  # overrides ``header`` when set (named groups, one is Content)
+    field_patterns: dict[str, str] = field(default_factory=dict)
+    ts_fields: tuple[str, ...] = ()
+    ts_format: str | None = None  # strptime format of the ts_fields joined by one space
+    id_pattern: str | None = None  # sequence ids in the content (a line may name several)
+    masks: tuple[tuple[str, str], ...] = DEFAULT_MASKS  # (regex, NAME), applied in order
+    depth: int = 4
+    sim_th: float = 0.5
+    extra_delimiters: tuple[str, ...] = ()
+    key_names: str | None = None  # a file under parsers/key_names/, or a path
+    label_field: str | None = None  # a ground-truth field in the header (BGL): kept out of the keys
+
+    def regex(self) -> re.Pattern:
+        if self.header_regex:
+            rx = re.compile(self.header_regex)
+            if "Content" not in rx.groupindex:
+                raise ValueError(f"format {self.name!r}: header_regex has no (?P<Content>...) group")
+            return rx
+        parts = re.split(r"(<[^<>]+>)", self.header)
+        out = []
+        for i, part in enumerate(parts):
+            if i % 2 == 0:  # literal text; a run of spaces matches any whitespace run
+                out.append(r"\s+".join(re.escape(p) for p in re.split(r" +", part)))
+            else:
+                name = part[1:-1]
+                default = ".*" if name == "Content" else ".*?"
+                out.append(f"(?P<{name}>{self.field_patterns.get(name, default)})")
+        return re.compile("^" + "".join(out) + "$")
+
+    @property
+    def fields(self) -> list[str]:
+        """Header fields in order (Content excluded)."""
+        return [f for f in self.regex().groupindex if f != "Content"]
+
+    @property
+    def key_fields(self) -> list[str]:
+        """Header fields that become keys of the object (the label field never does)."""
+        return [f for f in self.fields if f != self.label_field]
+
+    @classmethod
+    def from_dict(cls, data: dict, base: LogFormat | None = None) -> LogFormat:
+        """A format from JSON-like data; with ``base`` (``"extends": "<preset>"``) only the given
+        fields change, and ``"extra_masks"`` are applied before the base's masks."""
+        data = dict(data)
+        known = {f.name for f in fields(cls)}
+        extra_masks = tuple(tuple(m) for m in data.pop("extra_masks", ()))
+        data.pop("extends", None)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown log format fields: {unknown}")
+        for name in ("ts_fields", "extra_delimiters"):
+            if name in data:
+                data[name] = tuple(data[name])
+        if "masks" in data:
+            data["masks"] = tuple(tuple(m) for m in data["masks"])
+        fmt = replace(base, **data) if base else cls(**data)
+        if extra_masks:
+            fmt = replace(fmt, masks=extra_masks + fmt.masks)
+        for pattern, _ in fmt.masks:
+            re.compile(pattern)  # fail early on a bad user regex
+        fmt.regex()
+        return fmt
+
+
+def _fmt(name: str, header: str, masks=DEFAULT_MASKS, **kw) -> LogFormat:
+    return LogFormat(name=name, header=header, masks=tuple(masks), **kw)
+
+
+_HDFS_FIELDS = {"Date": r"\d{6}", "Time": r"\d{6}", "Pid": r"\d+", "Level": r"[A-Z]+", "Component": r"[^\s:]+"}
+_SYSLOG_RX = (r"^(?P<Month>[A-Z][a-z]{2})\s+(?P<Date>\d{1,2})\s+(?P<Time>\d{2}:\d{2}:\d{2})\s+(?P<Level>\S+)\s+"
+              r"(?P<Component>.+?)(?:\[(?P<PID>\d+)\])?:\s*(?P<Content>.*)$")
+
+PRESETS: dict[str, LogFormat] = {
+    "hdfs": _fmt("hdfs", "<Date> <Time> <Pid> <Level> <Component>: <Content>", field_patterns=_HDFS_FIELDS,
+                 ts_fields=("Date", "Time"), ts_format="%y%m%d %H%M%S", id_pattern=r"blk_-?\d+",
+                 key_names="hdfs.json"),
+    "hadoop": _fmt("hadoop", "<Date> <Time> <Level> [<Process>] <Component>: <Content>",
+                   field_patterns={"Date": r"\d{4}-\d{2}-\d{2}", "Time": r"[\d:,]+", "Level": r"[A-Z]+"},
+                   ts_fields=("Date", "Time"), ts_format="%Y-%m-%d %H:%M:%S,%f", masks=(IP,)),
+    "spark": _fmt("spark", "<Date> <Time> <Level> <Component>: <Content>",
+                  field_patterns={"Date": r"\d{2}/\d{2}/\d{2}", "Time": r"[\d:]+", "Level": r"[A-Z]+",
+                                  "Component": r"[^\s:]+"},
+                  ts_fields=("Date", "Time"), ts_format="%y/%m/%d %H:%M:%S", masks=(IP, SIZE_UNIT, HOST)),
+    "zookeeper": _fmt("zookeeper", "<Date> <Time> - <Level> [<Node>:<Component>@<Id>] - <Content>",
+                      field_patterns={"Date": r"\d{4}-\d{2}-\d{2}", "Time": r"[\d:,]+", "Level": r"[A-Z]+",
+                                      "Node": r".*?", "Component": r"[^\s:@\]]+", "Id": r"\d+"},
+                      ts_fields=("Date", "Time"), ts_format="%Y-%m-%d %H:%M:%S,%f", masks=(IP_SLASH,)),
+    "bgl": _fmt("bgl", "<Label> <Timestamp> <Date> <Node> <Time> <NodeRepeat> <Type> <Component> <Level> <Content>",
+                field_patterns={"Label": r"\S+", "Timestamp": r"\d+", "Date": r"\S+", "Node": r"\S+",
+                                "Time": r"\S+", "NodeRepeat": r"\S+", "Type": r"\S+", "Component": r"\S+",
+                                "Level": r"\S+"},
+                ts_fields=("Time",), ts_format="%Y-%m-%d-%H.%M.%S.%f", label_field="Label", masks=(CORE,)),
+    "hpc": _fmt("hpc", "<LogId> <Node> <Component> <State> <Time> <Flag> <Content>",
+                field_patterns={"LogId": r"\d+", "Node": r".+?", "Component": r"\S+", "State": r"\S+",
+                                "Time": r"\d+", "Flag": r"-?\d+"}, masks=(EQ_NUM, NUM)),
+    "linux": _fmt("linux", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
+    "syslog": _fmt("syslog", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
+    "thunderbird": _fmt(
+        "thunderbird", "",
+        header_regex=(r"^(?P<Label>\S+)\s+(?P<Timestamp>\d+)\s+(?P<Date>\S+)\s+(?P<User>\S+)\s+(?P<Month>\S+)\s+"
+                      r"(?P<Day>\d+)\s+(?P<Time>\S+)\s+(?P<Location>\S+)\s+(?P<Component>[^\s\[:]+)"
+                      r"(?:\[(?P<PID>\d+)\])?:\s*(?P<Content>.*)$"),
+        label_field="Label", masks=(IP,)),
+    "openstack": _fmt("openstack", "<Logrecord> <Date> <Time> <Pid> <Level> <Component> [<ADDR>] <Content>",
+                      field_patterns={"Logrecord": r"\S+", "Date": r"\d{4}-\d{2}-\d{2}", "Time": r"[\d:.]+",
+                                      "Pid": r"\d+", "Level": r"[A-Z]+", "Component": r"\S+", "ADDR": r"[^\]]*"},
+                      ts_fields=("Date", "Time"), ts_format="%Y-%m-%d %H:%M:%S.%f",
+                      id_pattern=r"req-[0-9a-f-]{36}", masks=(IP_LIST, SLASH_PATH, NUM), depth=5),
+    "apache": _fmt("apache", "[<Time>] [<Level>] <Content>",
+                   field_patterns={"Time": r"[^\]]+", "Level": r"[a-z]+"},
+                   ts_fields=("Time",), ts_format="%a %b %d %H:%M:%S %Y", masks=(IP,)),
+}
+HDFS = PRESETS["hdfs"]
+
+
+def load_formats(path: str | Path) -> dict[str, LogFormat]:
+    """User formats from a JSON file: ``{"formats": {"myapp": {"header": ..., "masks": [[regex,
+    NAME], ...]}, "hdfs-strict": {"extends": "hdfs", "sim_th": 0.6, "extra_masks": [...]}}}``."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    out: dict[str, LogFormat] = {}
+    for name, spec in data.get("formats", {}).items():
+        base_name = spec.get("extends")
+        base = out.get(base_name) or PRESETS.get(base_name) if base_name else None
+        if base_name and base is None:
+            raise ValueError(f"format {name!r} extends unknown format {base_name!r}")
+        out[name] = LogFormat.from_dict({**spec, "name": name}, base)
+    return out
+
+
+def resolve(preset: str | LogFormat, formats_file: str | Path | None = None) -> LogFormat:
+    if isinstance(preset, LogFormat):
+        return preset
+    known = {**PRESETS, **(load_formats(formats_file) if formats_file else {})}
+    try:
+        return known[preset]
+    except KeyError:
+        raise ValueError(f"unknown log format {preset!r}; known: {sorted(known)}") from None
