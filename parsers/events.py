@@ -92,12 +92,14 @@ def _session_id(value) -> str | None:
 
 
 def ingest_events(
-    path, root, source: str = "sessions", session_field: str = "session_id", ts_field: str = "ts", ingest_date=None
+    path, root, source: str = "sessions", session_field: str = "session_id", ts_field: str = "ts", ingest_date=None,
+    max_reject_share: float | None = None,
 ) -> dict:
     """Parse a JSON Lines file into ``objects`` (and ``rejects``) Parquet under ``root``.
 
-    Returns a report: ``read, parsed, rejected, blank, objects, rows, sequences,
-    objects_path, rejects_path, seconds``.
+    Returns a report: ``read, parsed, rejected, reject_share, blank, objects, rows, sequences,
+    objects_path, rejects_path, seconds``. Outputs are written in any case; a reject share above
+    ``max_reject_share`` then raises ``parsers.storage.RejectShareExceeded``.
     """
     start = time.perf_counter()
     path = Path(path)
@@ -161,4 +163,4 @@ def ingest_events(
         "seconds": round(time.perf_counter() - start, 3),
     }
     logger.info("ingested %s: %s", path, report)
-    return report
+    return storage.check_reject_share(report, max_reject_share)

@@ -15,9 +15,10 @@ Flow of ``ingest_logs`` (read top to bottom):
    ``TemplateMiner.extract_parameters``. Slots are named from ``parsers/key_names/<preset>.json``
    (template text -> names); other slots get ``<mask>_<position>`` (``ip_1``, ``num_2``,
    ``param_3`` for Drain's ``<*>``).
-4. Lines are grouped by the id regex (``blk_-?\\d+``). A line naming several ids belongs to
-   each of those sequences; a line naming none is counted as ``no_sequence_id`` (not a
-   reject). ``step`` orders a sequence's lines by timestamp, then by line number.
+4. Lines are grouped into sequences (parsers.sessions): by the id regex (``blk_-?\\d+``; a
+   line naming several ids belongs to each, a line naming none is counted as
+   ``no_sequence_id``, not a reject) or by a header field and time windows (BGL: node x hour).
+   ``step`` orders a sequence's lines by timestamp, then by line number.
 
 Each object's keys: the header fields, ``template`` and the named parameters. ``step`` is
 counted within one input file. Re-ingesting a file replaces its Parquet part; its lines are
@@ -31,7 +32,6 @@ import csv
 import datetime as dt
 import json
 import logging
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +45,7 @@ from drain3.template_miner_config import TemplateMinerConfig
 from parsers import storage
 from parsers.drain import MaskAwareDrain
 from parsers.presets import DEFAULT_MASKS, HDFS, PRESETS, LogFormat, resolve  # noqa: F401  (re-exported)
+from parsers.sessions import SessionSpec
 
 logger = logging.getLogger(__name__)
 
@@ -133,8 +134,10 @@ class LineParser:
             ts = self._ts.get(stamp)
             if ts is None:
                 try:
-                    ts = self._ts[stamp] = dt.datetime.strptime(stamp, fmt.ts_format)
-                except ValueError:
+                    ts = self._ts[stamp] = (
+                        dt.datetime.fromtimestamp(float(stamp), dt.UTC).replace(tzinfo=None)
+                        if fmt.ts_format == "epoch" else dt.datetime.strptime(stamp, fmt.ts_format))
+                except (ValueError, OverflowError, OSError):
                     return "bad timestamp"
         content = groups["Content"].strip()
         groups["Content"] = content
@@ -148,17 +151,24 @@ class LineParser:
         return ParsedLine(groups, ts, cluster)
 
 
-def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = "hdfs", ingest_date=None) -> dict:
+def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = "hdfs", ingest_date=None,
+                session: SessionSpec | None = None, max_reject_share: float | None = None) -> dict:
     """Parse a raw log file into ``objects`` (and ``rejects``) Parquet under ``root``.
 
-    Returns a report: ``read, parsed, rejected, blank, no_sequence_id, objects, rows,
-    sequences, templates, new_templates, param_failures, objects_path, rejects_path,
-    state_path, seconds``. Blank lines are counted (``blank``) and skipped.
+    ``session`` overrides the format's grouping (parsers.sessions). A format with a
+    ``label_field`` (BGL) also writes ``labels``: a sequence is ``Anomaly`` when any of its lines
+    carries a label other than ``-``, else ``Normal``.
+
+    Returns a report: ``read, parsed, rejected, reject_share, blank, no_sequence_id, objects,
+    rows, sequences, templates, new_templates, param_failures, objects_path, rejects_path,
+    labels_path, state_path, session, seconds``. Blank lines are counted (``blank``) and
+    skipped. The outputs are written in any case; then, when ``rejected / read`` passes
+    ``max_reject_share``, :class:`parsers.storage.RejectShareExceeded` is raised.
     """
     start = time.perf_counter()
     fmt = resolve(preset)
     log_path = Path(log_path)
-    id_rx = re.compile(fmt.id_pattern) if fmt.id_pattern else None
+    session = session or fmt.session_spec()
     state_path = storage.drain_state_path(root, source)
     parser = LineParser(fmt, state_path)
     miner = parser.miner
@@ -170,7 +180,8 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     # ---- pass 1: split headers, feed Drain3 (masked-content cache skips the tree search)
     lines: list[tuple[int, dict, dt.datetime | None, list[str], int]] = []
     rejects: list[tuple[int, str, str]] = []
-    no_id = 0
+    no_id = parsed_ok = 0
+    line_labels: dict[int, str] = {}
     reader = storage.LineReader(log_path, rejects)
     for line_no, text in reader:
         parsed = parser.parse(text)
@@ -178,10 +189,16 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
             rejects.append((line_no, parsed, text))
             continue
         groups, ts, cluster, content = parsed.groups, parsed.ts, parsed.cluster, parsed.groups["Content"]
-        ids = list(dict.fromkeys(id_rx.findall(content))) if id_rx else []
+        ids = session.sequence_ids(groups, content, ts)
+        if isinstance(ids, str):
+            rejects.append((line_no, ids, text))
+            continue
+        parsed_ok += 1
         if not ids:
             no_id += 1
             continue
+        if fmt.label_field:
+            line_labels[len(lines)] = groups[fmt.label_field]
         lines.append((line_no, groups, ts, ids, cluster.cluster_id))
 
     # ---- pass 2: final templates, named parameters, sequence order
@@ -222,11 +239,12 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     obj_path = storage.objects_path(root, source, ingest_date, log_path)
     storage.write_parquet_atomic(pa.table(cols, schema=storage.OBJECTS_SCHEMA), obj_path)
     rej_path = storage.write_rejects(root, source, ingest_date, log_path, rejects)
+    labels_path = _write_line_labels(root, source, log_path, per_seq, line_labels) if fmt.label_field else None
     miner.save_state(f"ingest {log_path.name}")
 
     report = {
         "read": reader.read,
-        "parsed": reader.read - reader.blank - len(rejects),
+        "parsed": parsed_ok,
         "rejected": len(rejects),
         "blank": reader.blank,
         "no_sequence_id": no_id,
@@ -238,11 +256,23 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
         "param_failures": param_failures,
         "objects_path": str(obj_path),
         "rejects_path": str(rej_path) if rej_path else None,
+        "labels_path": str(labels_path) if labels_path else None,
         "state_path": str(state_path),
+        "session": session.describe(),
         "seconds": round(time.perf_counter() - start, 3),
     }
     logger.info("ingested %s: %s", log_path, report)
-    return report
+    return storage.check_reject_share(report, max_reject_share)
+
+
+def _write_line_labels(root, source: str, log_path: Path, per_seq: dict[str, list[int]],
+                       line_labels: dict[int, str]) -> Path:
+    """Sequence labels from a per-line label field: Anomaly if any line is not ``-``."""
+    ids = list(per_seq)
+    labels = ["Anomaly" if any(line_labels[i] != "-" for i in per_seq[s]) else "Normal" for s in ids]
+    path = storage.labels_path(root, source, log_path)
+    storage.write_parquet_atomic(pa.table({"sequence_id": ids, "label": labels}, schema=storage.LABELS_SCHEMA), path)
+    return path
 
 
 def ingest_labels(csv_path, root, source: str, id_column: str | None = None, label_column: str | None = None) -> dict:

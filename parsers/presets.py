@@ -11,6 +11,11 @@ fields in angle brackets, literal text between them matched as written, any run 
 header cannot be said that way (an optional ``[pid]``) gives ``header_regex`` with named
 groups instead.
 
+Sessions: a format with ``id_pattern`` groups lines by the ids it finds (HDFS blocks, OpenStack
+requests); the others group by ``session_field`` (BGL/HPC: Node, Thunderbird: the node name)
+and ``window_s`` time windows (default one hour, fixed; ``step_s`` makes them slide); see
+parsers.sessions.
+
 Presets cover HDFS, BGL, Hadoop, Spark, Zookeeper, OpenStack, HPC, Linux, Thunderbird, Apache
 and syslog. Their masks and Drain settings are chosen by the *format* of each system's lines
 (what its ids, addresses, paths, sizes and numbers look like), the same kind of per-dataset
@@ -25,6 +30,8 @@ import json
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+
+from parsers.sessions import SessionSpec
 
 _B = r"(?<![A-Za-z0-9_])"  # token boundary before a masked value
 _A = r"(?![A-Za-z0-9_])"  # token boundary after it
@@ -54,8 +61,12 @@ class LogFormat:
     header_regex: str | None = None  # overrides ``header`` when set (named groups, one is Content)
     field_patterns: dict[str, str] = field(default_factory=dict)
     ts_fields: tuple[str, ...] = ()
-    ts_format: str | None = None  # strptime format of the ts_fields joined by one space
+    ts_format: str | None = None  # strptime format of the ts_fields joined by one space, or "epoch"
+    # sessions (parsers.sessions): ids pulled from the content, else field x time windows
     id_pattern: str | None = None  # sequence ids in the content (a line may name several)
+    session_field: str | None = None  # header field that owns a window (e.g. Node); None: all lines
+    window_s: float = 3600.0
+    step_s: float | None = None  # < window_s: sliding windows
     masks: tuple[tuple[str, str], ...] = DEFAULT_MASKS  # (regex, NAME), applied in order
     depth: int = 4
     sim_th: float = 0.5
@@ -79,6 +90,11 @@ class LogFormat:
                 default = ".*" if name == "Content" else ".*?"
                 out.append(f"(?P<{name}>{self.field_patterns.get(name, default)})")
         return re.compile("^" + "".join(out) + "$")
+
+    def session_spec(self) -> SessionSpec:
+        if self.id_pattern:
+            return SessionSpec(id_pattern=self.id_pattern)
+        return SessionSpec(field=self.session_field, window_s=self.window_s, step_s=self.step_s)
 
     @property
     def fields(self) -> list[str]:
@@ -142,10 +158,12 @@ PRESETS: dict[str, LogFormat] = {
                 field_patterns={"Label": r"\S+", "Timestamp": r"\d+", "Date": r"\S+", "Node": r"\S+",
                                 "Time": r"\S+", "NodeRepeat": r"\S+", "Type": r"\S+", "Component": r"\S+",
                                 "Level": r"\S+"},
-                ts_fields=("Time",), ts_format="%Y-%m-%d-%H.%M.%S.%f", label_field="Label", masks=(CORE,)),
+                ts_fields=("Time",), ts_format="%Y-%m-%d-%H.%M.%S.%f", label_field="Label", masks=(CORE,),
+                session_field="Node"),
     "hpc": _fmt("hpc", "<LogId> <Node> <Component> <State> <Time> <Flag> <Content>",
                 field_patterns={"LogId": r"\d+", "Node": r".+?", "Component": r"\S+", "State": r"\S+",
-                                "Time": r"\d+", "Flag": r"-?\d+"}, masks=(EQ_NUM, NUM)),
+                                "Time": r"\d+", "Flag": r"-?\d+"}, masks=(EQ_NUM, NUM),
+                ts_fields=("Time",), ts_format="epoch", session_field="Node"),
     "linux": _fmt("linux", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
     "syslog": _fmt("syslog", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
     "thunderbird": _fmt(
@@ -153,7 +171,7 @@ PRESETS: dict[str, LogFormat] = {
         header_regex=(r"^(?P<Label>\S+)\s+(?P<Timestamp>\d+)\s+(?P<Date>\S+)\s+(?P<User>\S+)\s+(?P<Month>\S+)\s+"
                       r"(?P<Day>\d+)\s+(?P<Time>\S+)\s+(?P<Location>\S+)\s+(?P<Component>[^\s\[:]+)"
                       r"(?:\[(?P<PID>\d+)\])?:\s*(?P<Content>.*)$"),
-        label_field="Label", masks=(IP,)),
+        label_field="Label", masks=(IP,), ts_fields=("Timestamp",), ts_format="epoch", session_field="User"),
     "openstack": _fmt("openstack", "<Logrecord> <Date> <Time> <Pid> <Level> <Component> [<ADDR>] <Content>",
                       field_patterns={"Logrecord": r"\S+", "Date": r"\d{4}-\d{2}-\d{2}", "Time": r"[\d:.]+",
                                       "Pid": r"\d+", "Level": r"[A-Z]+", "Component": r"\S+", "ADDR": r"[^\]]*"},

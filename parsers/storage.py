@@ -202,23 +202,64 @@ def open_input(path: str | os.PathLike):
     return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
 
 
+class RejectShareExceeded(RuntimeError):
+    """More of the input was rejected than the caller accepts; ``report`` says how much."""
+
+    def __init__(self, report: dict, max_share: float):
+        self.report = report
+        super().__init__(f"{report['rejected']} of {report['read']} lines rejected "
+                         f"({report['reject_share']:.1%} > {max_share:.1%}); see {report['rejects_path']}")
+
+
+def check_reject_share(report: dict, max_share: float | None) -> dict:
+    """Add ``reject_share`` to a run report; raise when it passes ``max_share`` (None: never)."""
+    report["reject_share"] = report["rejected"] / report["read"] if report["read"] else 0.0
+    if max_share is not None and report["reject_share"] > max_share:
+        raise RejectShareExceeded(report, max_share)
+    return report
+
+
+MAX_LINE_BYTES = 64 * 1024
+
+
 class LineReader:
     """Decoded, non-blank lines of an input file (``.gz`` too), with 1-based line numbers.
 
-    Undecodable lines and a truncated or corrupt gzip stream become rejects (line number,
-    reason, raw text) instead of errors; ``read`` and ``blank`` count what was seen.
+    Bad input becomes rejects (line number, reason, raw text), never an error and never a
+    silent loss: undecodable bytes, lines over ``max_line_bytes`` (64 KiB; read in bounded
+    chunks, so one huge line cannot exhaust memory), an empty gzip file, a truncated or corrupt
+    gzip stream. ``read`` and ``blank`` count what was seen.
     """
 
-    def __init__(self, path: str | os.PathLike, rejects: list[tuple[int, str, str]]):
-        self.path, self.rejects = Path(path), rejects
+    def __init__(self, path: str | os.PathLike, rejects: list[tuple[int, str, str]],
+                 max_line_bytes: int = MAX_LINE_BYTES):
+        self.path, self.rejects, self.max_line_bytes = Path(path), rejects, max_line_bytes
         self.read = self.blank = 0
+
+    def _lines(self, fh):
+        """Raw lines (without the newline) and whether each was cut at the limit."""
+        limit = self.max_line_bytes
+        while True:
+            raw = fh.readline(limit + 1)
+            if not raw:
+                return
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                head = raw
+                while raw and not raw.endswith(b"\n"):  # skip the rest of the long line
+                    raw = fh.readline(1 << 20)
+                yield head, True
+                continue
+            yield raw.rstrip(b"\r\n"), False
 
     def __iter__(self):
         with open_input(self.path) as fh:
             try:
-                for line_no, raw in enumerate(fh, 1):
+                for line_no, (raw, too_long) in enumerate(self._lines(fh), 1):
                     self.read += 1
-                    raw = raw.rstrip(b"\r\n")
+                    if too_long:
+                        self.rejects.append((line_no, f"line longer than {self.max_line_bytes} bytes",
+                                             raw[:RAW_LIMIT].decode("utf-8", "replace")))
+                        continue
                     try:
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError as exc:
@@ -231,6 +272,9 @@ class LineReader:
                     yield line_no, text
             except (EOFError, gzip.BadGzipFile, OSError) as exc:
                 self.rejects.append((self.read + 1, f"truncated or corrupt gzip: {exc}", ""))
+                return
+        if self.read == 0 and self.path.suffix == ".gz":
+            self.rejects.append((0, "empty gzip file", ""))
 
 
 def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:

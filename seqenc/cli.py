@@ -48,26 +48,50 @@ def cmd_demo(args) -> int:
     return 0
 
 
+def _session(args):
+    from parsers.sessions import SessionSpec
+
+    if args.session_id:
+        return SessionSpec(id_pattern=args.session_id)
+    if args.window:
+        return SessionSpec(field=args.session_field, window_s=args.window, step_s=args.step)
+    return None
+
+
+def _run_ingest(fn) -> int:
+    """Print the run report; exit 3 when the reject share passed --max-reject-share."""
+    from parsers.storage import RejectShareExceeded
+
+    try:
+        report = fn()
+    except RejectShareExceeded as exc:
+        print(json.dumps(exc.report, indent=2, default=str))
+        logging.getLogger("seqenc").error("%s", exc)
+        return 3
+    print(json.dumps(report, indent=2, default=str))
+    return 0
+
+
 def cmd_ingest_logs(args) -> int:
     from parsers.logs import ingest_labels, ingest_logs
     from parsers.presets import resolve
 
     fmt = resolve(args.preset, args.formats)
-    report = ingest_logs(args.file, args.root, source=args.source, preset=fmt, ingest_date=args.date)
+    code = _run_ingest(lambda: ingest_logs(args.file, args.root, source=args.source, preset=fmt,
+                                           ingest_date=args.date, session=_session(args),
+                                           max_reject_share=args.max_reject_share))
     if args.labels:
         ingest_labels(args.labels, args.root, args.source, id_column=args.label_id_column,
                       label_column=args.label_column)
-    print(json.dumps(report, indent=2, default=str))
-    return 0
+    return code
 
 
 def cmd_ingest_events(args) -> int:
     from parsers.events import ingest_events
 
-    report = ingest_events(args.file, args.root, source=args.source, session_field=args.session_field,
-                           ts_field=args.ts_field, ingest_date=args.date)
-    print(json.dumps(report, indent=2, default=str))
-    return 0
+    return _run_ingest(lambda: ingest_events(args.file, args.root, source=args.source,
+                                             session_field=args.session_field, ts_field=args.ts_field,
+                                             ingest_date=args.date, max_reject_share=args.max_reject_share))
 
 
 def cmd_score(args) -> int:
@@ -143,6 +167,16 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--formats", default=None, metavar="JSON",
                       help="user log formats (see parsers/presets.py: load_formats)")
     logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
+    logs.add_argument("--session-id", default=None, metavar="REGEX",
+                      help="group lines by the ids this regex finds in the content (default: the format's)")
+    logs.add_argument("--session-field", default=None, metavar="FIELD",
+                      help="with --window: group by this header field (e.g. Node) and time window")
+    logs.add_argument("--window", type=float, default=None, metavar="SECONDS", help="time-window length")
+    logs.add_argument("--step", type=float, default=None, metavar="SECONDS",
+                      help="window start every STEP seconds (< window: sliding; default: fixed windows)")
+    logs.add_argument("--max-reject-share", type=float, default=0.1, metavar="SHARE",
+                      help="exit with code 3 when more than this share of lines is rejected (default 0.1); "
+                           "outputs and rejects are written either way")
     logs.add_argument("--labels", default=None, help="optional labels CSV")
     logs.add_argument("--label-id-column", default="BlockId")
     logs.add_argument("--label-column", default="Label")
@@ -154,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--session-field", default="session_id")
     events.add_argument("--ts-field", default="ts")
     events.add_argument("--date", default=None)
+    events.add_argument("--max-reject-share", type=float, default=0.1, metavar="SHARE",
+                        help="exit with code 3 when more than this share of lines is rejected (default 0.1)")
     events.set_defaults(func=cmd_ingest_events)
 
     score = sub.add_parser("score", help="score sequences with a saved model bundle")

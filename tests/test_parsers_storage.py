@@ -59,3 +59,33 @@ def test_rejects_raw_text_is_cut_to_one_kib(tmp_path):
     assert rejects.rows() == [("in.log", 3, "too long", "x" * 1024)]
     storage.write_rejects(tmp_path, "s", "2026-01-02", "in.log", [])  # a clean re-run removes it
     assert storage.read_rejects(tmp_path, "s").height == 0
+
+
+def test_line_reader_rejects_over_long_lines_and_keeps_going(tmp_path):
+    from parsers.storage import LineReader
+
+    path = tmp_path / "in.log"
+    path.write_bytes(b"first\n" + b"x" * (70 * 1024) + b"\nthird\n" + b"y" * 200 + b"\n")
+    rejects: list = []
+    reader = LineReader(path, rejects, max_line_bytes=64 * 1024)
+    assert [(n, t[:5]) for n, t in reader] == [(1, "first"), (3, "third"), (4, "yyyyy")]
+    assert reader.read == 4
+    assert rejects[0][:2] == (2, "line longer than 65536 bytes") and len(rejects[0][2]) == 1024
+
+
+def test_line_reader_rejects_empty_and_truncated_gzip(tmp_path):
+    import gzip
+
+    from parsers.storage import LineReader
+
+    empty, nothing, cut = tmp_path / "empty.log.gz", tmp_path / "nothing.log.gz", tmp_path / "cut.log.gz"
+    empty.write_bytes(b"")
+    nothing.write_bytes(gzip.compress(b""))
+    whole = gzip.compress(b"".join(b"line %d\n" % i for i in range(5000)))
+    cut.write_bytes(whole[: len(whole) // 2])
+    for path in (empty, nothing):
+        rejects: list = []
+        assert list(LineReader(path, rejects)) == [] and rejects == [(0, "empty gzip file", "")]
+    rejects = []
+    lines = list(LineReader(cut, rejects))
+    assert 0 < len(lines) < 5000 and rejects[0][1].startswith("truncated or corrupt gzip")

@@ -1,0 +1,69 @@
+"""Session grouping (ids, field x time windows), labels from a label field, the reject-share rule."""
+
+import datetime as dt
+import json
+
+import pytest
+from test_parsers_presets import loghub
+
+from parsers import storage
+from parsers.logs import ingest_logs
+from parsers.sessions import SessionSpec
+from seqenc.cli import main
+
+T0 = dt.datetime(2005, 6, 3, 15, 0, 0)
+
+
+def test_ids_a_line_naming_two_blocks_belongs_to_both():
+    spec = SessionSpec(id_pattern=r"blk_-?\d+")
+    assert spec.sequence_ids({}, "copy blk_1 to blk_-2 then blk_1", None) == ["blk_1", "blk_-2"]
+    assert spec.sequence_ids({}, "no block here", None) == []
+
+
+def test_fixed_and_sliding_windows():
+    fixed = SessionSpec(field="Node", window_s=3600)
+    at = T0 + dt.timedelta(minutes=59, seconds=59)
+    assert fixed.sequence_ids({"Node": "R02"}, "", at) == ["R02@2005-06-03T15:00:00Z"]
+    assert fixed.sequence_ids({"Node": "R02"}, "", T0 + dt.timedelta(hours=1)) == ["R02@2005-06-03T16:00:00Z"]
+    sliding = SessionSpec(field="Node", window_s=3600, step_s=1200)  # 1 h windows every 20 min
+    ids = sliding.sequence_ids({"Node": "R02"}, "", T0 + dt.timedelta(minutes=30))
+    # 15:30 lies in the windows starting 14:40, 15:00 and 15:20
+    assert ids == ["R02@2005-06-03T14:40:00Z", "R02@2005-06-03T15:00:00Z", "R02@2005-06-03T15:20:00Z"]
+    assert SessionSpec(window_s=60).sequence_ids({}, "", T0) == ["all@2005-06-03T15:00:00Z"]
+    assert "no timestamp" in fixed.sequence_ids({"Node": "x"}, "", None)
+    for bad in (dict(), dict(id_pattern="x", window_s=1), dict(window_s=10, step_s=20), dict(window_s=-1)):
+        with pytest.raises(ValueError):
+            SessionSpec(**bad)
+
+
+def test_real_bgl_groups_by_node_and_hour_and_writes_labels(tmp_path):
+    log = loghub() / "BGL" / "BGL_2k.log"
+    report = ingest_logs(log, tmp_path, source="bgl", preset="bgl", ingest_date="2024-01-01")
+    assert report["rejected"] == 0 and report["parsed"] == 2000 and report["no_sequence_id"] == 0
+    assert report["session"] == "Node x 3600 s windows (fixed)"
+    objects = storage.read_objects(tmp_path, "bgl")
+    assert "label" not in set(objects["key"])  # the ground truth never becomes a key
+    first = objects.filter(objects["sequence_id"] == objects["sequence_id"][0])
+    assert first["sequence_id"][0].startswith("R02-M1-N0-C:J12-U11@2005-06-03T15:00:00Z")
+    labels = storage.read_labels(tmp_path, "bgl")
+    assert labels.height == report["sequences"]
+    n_anomalous_lines = sum(1 for ln in log.read_text().splitlines() if not ln.startswith("-"))
+    assert n_anomalous_lines == 143
+    assert 0 < (labels["label"] == "Anomaly").sum() <= 143
+    # sliding windows: every line is in window/step windows, so more objects than lines
+    slid = ingest_logs(log, tmp_path / "s", source="bgl", preset="bgl", ingest_date="2024-01-01",
+                       session=SessionSpec(field="Node", window_s=3600, step_s=1800))
+    assert slid["objects"] == 2 * 2000
+
+
+def test_reject_share_threshold_fails_the_command_but_keeps_the_outputs(tmp_path, capsys):
+    log = tmp_path / "mixed.log"
+    good = "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 for block blk_1 terminating"
+    log.write_text("\n".join([good] * 8 + ["garbage line"] * 2) + "\n")
+    args = ["ingest", "logs", str(log), "--root", str(tmp_path / "d"), "--date", "2024-01-01"]
+    assert main([*args, "--max-reject-share", "0.1"]) == 3
+    report = json.loads(capsys.readouterr().out)
+    assert report["reject_share"] == pytest.approx(0.2) and report["rejected"] == 2
+    assert storage.read_rejects(tmp_path / "d", "hdfs").height == 2  # written either way
+    assert storage.read_objects(tmp_path / "d", "hdfs").height > 0
+    assert main([*args, "--max-reject-share", "0.25"]) == 0
