@@ -174,7 +174,8 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     miner = parser.miner
     clusters_before = len(miner.drain.clusters)
     key_names = load_key_names(fmt)
-    header_keys = [f.lower() for f in fmt.key_fields]
+    key_fields = fmt.key_fields
+    header_keys = [f.lower() for f in key_fields]
     reserved = {*header_keys, "template"}
 
     # ---- pass 1: split headers, feed Drain3 (masked-content cache skips the tree search)
@@ -220,7 +221,7 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
             params = []
         names = slot_names(template, [p.mask_name for p in params], key_names, reserved)
         keys = [*header_keys, "template", *names]
-        values = [*(groups[f] for f in fmt.key_fields), template, *(p.value for p in params)]
+        values = [*(groups[f] for f in key_fields), template, *(p.value for p in params)]
         kv_of_line.append((keys, values))
     for sid, idxs in per_seq.items():
         idxs.sort(key=lambda i: (lines[i][2] is None, lines[i][2] or dt.datetime.min, lines[i][0]))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 
 from parsers.sessions import SessionSpec
@@ -96,12 +97,12 @@ class LogFormat:
             return SessionSpec(id_pattern=self.id_pattern)
         return SessionSpec(field=self.session_field, window_s=self.window_s, step_s=self.step_s)
 
-    @property
+    @cached_property
     def fields(self) -> list[str]:
         """Header fields in order (Content excluded)."""
         return [f for f in self.regex().groupindex if f != "Content"]
 
-    @property
+    @cached_property
     def key_fields(self) -> list[str]:
         """Header fields that become keys of the object (the label field never does)."""
         return [f for f in self.fields if f != self.label_field]

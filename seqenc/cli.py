@@ -6,6 +6,7 @@
     seqenc score --model DIR --input PARQUET_ROOT --source SRC --out FILE
     seqenc bench model --json OUT  TVM-KA vs flattened BERT: time and peak memory of one pass
     seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 defaults
+    seqenc bench ingest --lines N --json OUT     ingest throughput vs a plain Drain3 loop, peak RSS
 
 Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.
 """
@@ -137,6 +138,21 @@ def cmd_bench_parse(args) -> int:
     return 0
 
 
+def cmd_bench_ingest(args) -> int:
+    from pathlib import Path
+
+    from parsers.bench import bench_ingest, ingest_table
+
+    result = bench_ingest(args.lines, seed=args.seed)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(ingest_table(result) + "\n")
+    print(ingest_table(result))
+    print(f"wrote {out}, {out.with_suffix('.md')}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -224,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
     bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bp.set_defaults(func=cmd_bench_parse)
+    bi = bsub.add_parser("ingest", help="ingest throughput on N generated HDFS-like lines vs a plain Drain3 loop")
+    bi.add_argument("--lines", type=int, default=1_000_000)
+    bi.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
+    bi.add_argument("--seed", type=int, default=0)
+    bi.set_defaults(func=cmd_bench_ingest)
     return parser
 
 

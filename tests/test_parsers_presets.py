@@ -142,3 +142,14 @@ def test_bench_parse_meets_the_targets(tmp_path):
     assert result["below_published_drain"] == []
     assert result["mean_ga"] > result["mean_ga_drain3_default"]
     assert bench_parse(root)["mean_ga"] == result["mean_ga"]  # deterministic
+
+
+def test_bench_ingest_contract(tmp_path):
+    out = tmp_path / "ingest.json"
+    assert main(["bench", "ingest", "--lines", "3000", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert {"lines", "lines_per_s", "drain3_loop_lines_per_s", "ratio", "same_templates", "peak_rss_mb"} <= set(result)
+    assert result["lines"] == 3000 and result["report"]["read"] == 3000 and result["report"]["rejected"] == 0
+    assert result["same_templates"] is True
+    assert result["ratio"] == pytest.approx(result["lines_per_s"] / result["drain3_loop_lines_per_s"], rel=1e-3)
+    assert out.with_suffix(".md").read_text().startswith("| lines |")
