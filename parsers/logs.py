@@ -10,15 +10,19 @@ Flow of ``ingest_logs`` (read top to bottom):
    (the cluster's size is still counted). Drain3 state lives in
    ``<root>/state/drain3-<source>.json`` and is saved once, after the Parquet files are
    written, so a re-run continues the same template tree and keeps template ids.
-3. Second pass: every line is matched against its cluster's *final* template of this run
-   (templates may generalise while Drain learns) and its parameters are extracted with
-   ``TemplateMiner.extract_parameters``. Slots are named from ``parsers/key_names/<preset>.json``
-   (template text -> names); other slots get ``<mask>_<position>`` (``ip_1``, ``num_2``,
-   ``param_3`` for Drain's ``<*>``).
-4. Lines are grouped into sequences (parsers.sessions): by the id regex (``blk_-?\\d+``; a
+3. Lines are grouped into sequences (parsers.sessions): by the id regex (``blk_-?\\d+``; a
    line naming several ids belongs to each, a line naming none is counted as
    ``no_sequence_id``, not a reject) or by a header field and time windows (BGL: node x hour).
-   ``step`` orders a sequence's lines by timestamp, then by line number.
+   ``step`` orders a sequence's lines by timestamp, then by line number. Pass 1 keeps only
+   compact numbers per line (cluster id; one (line, sequence, time) row per sequence), so
+   memory grows by a few dozen bytes a line, not by the line's text.
+4. Pass 2 reads the file again (streaming): every line is matched against its cluster's
+   *final* template of this run (templates may generalise while Drain learns) and its
+   parameters are extracted with ``TemplateMiner.extract_parameters``. Slots are named from
+   ``parsers/key_names/<preset>.json`` (template text -> names); other slots get
+   ``<mask>_<position>`` (``ip_1``, ``num_2``, ``param_3`` for Drain's ``<*>``). Rows go to
+   the Parquet part in batches of ``batch_rows`` through an atomic writer: the part appears
+   whole at the end, or not at all.
 
 Each object's keys: the header fields, ``template`` and the named parameters. ``step`` is
 counted within one input file. Re-ingesting a file replaces its Parquet part; its lines are
@@ -33,9 +37,11 @@ import datetime as dt
 import json
 import logging
 import time
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from drain3 import TemplateMiner
 from drain3.masking import MaskingInstruction
@@ -122,7 +128,8 @@ class LineParser:
         self._clusters: dict[str, object] = {}
         self._ts: dict[str, dt.datetime] = {}
 
-    def parse(self, text: str) -> ParsedLine | str:
+    def header(self, text: str) -> tuple[dict[str, str], dt.datetime | None] | str:
+        """Header fields (with the stripped Content) and timestamp, or a reject reason."""
         fmt = self.fmt
         m = self.header_rx.match(text)
         if m is None:
@@ -139,9 +146,15 @@ class LineParser:
                         if fmt.ts_format == "epoch" else dt.datetime.strptime(stamp, fmt.ts_format))
                 except (ValueError, OverflowError, OSError):
                     return "bad timestamp"
-        content = groups["Content"].strip()
-        groups["Content"] = content
-        masked = self.miner.masker.mask(content)
+        groups["Content"] = groups["Content"].strip()
+        return groups, ts
+
+    def parse(self, text: str) -> ParsedLine | str:
+        head = self.header(text)
+        if isinstance(head, str):
+            return head
+        groups, ts = head
+        masked = self.miner.masker.mask(groups["Content"])
         cluster = self._clusters.get(masked)
         if cluster is None:
             cluster, _ = self.miner.drain.add_log_message(masked)
@@ -152,7 +165,8 @@ class LineParser:
 
 
 def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = "hdfs", ingest_date=None,
-                session: SessionSpec | None = None, max_reject_share: float | None = None) -> dict:
+                session: SessionSpec | None = None, max_reject_share: float | None = None,
+                batch_rows: int = 500_000) -> dict:
     """Parse a raw log file into ``objects`` (and ``rejects``) Parquet under ``root``.
 
     ``session`` overrides the format's grouping (parsers.sessions). A format with a
@@ -178,69 +192,91 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     header_keys = [f.lower() for f in key_fields]
     reserved = {*header_keys, "template"}
 
-    # ---- pass 1: split headers, feed Drain3 (masked-content cache skips the tree search)
-    lines: list[tuple[int, dict, dt.datetime | None, list[str], int]] = []
+    # ---- pass 1: headers, Drain3 (learns the templates), sequence membership. Per line only
+    # compact numbers are kept: its cluster id, and one (line, sequence, time) row per sequence.
     rejects: list[tuple[int, str, str]] = []
+    cluster_of = array("q")  # per line yielded by the reader: cluster id, or -1 when not written
+    row_line, row_seq, row_ts = array("q"), array("q"), array("q")  # per (line, sequence) pair
+    seq_code: dict[str, int] = {}
+    anomalous: set[int] = set()  # sequences with a labelled line (formats with a label field)
     no_id = parsed_ok = 0
-    line_labels: dict[int, str] = {}
     reader = storage.LineReader(log_path, rejects)
     for line_no, text in reader:
         parsed = parser.parse(text)
-        if isinstance(parsed, str):
-            rejects.append((line_no, parsed, text))
-            continue
-        groups, ts, cluster, content = parsed.groups, parsed.ts, parsed.cluster, parsed.groups["Content"]
-        ids = session.sequence_ids(groups, content, ts)
-        if isinstance(ids, str):
+        ids = parsed if isinstance(parsed, str) else session.sequence_ids(parsed.groups, parsed.groups["Content"],
+                                                                          parsed.ts)
+        if isinstance(ids, str):  # a reject reason
             rejects.append((line_no, ids, text))
+            cluster_of.append(-1)
             continue
         parsed_ok += 1
         if not ids:
             no_id += 1
+            cluster_of.append(-1)
             continue
-        if fmt.label_field:
-            line_labels[len(lines)] = groups[fmt.label_field]
-        lines.append((line_no, groups, ts, ids, cluster.cluster_id))
-
-    # ---- pass 2: final templates, named parameters, sequence order
-    per_seq: dict[str, list[int]] = {}
-    for idx, (_, _, _, ids, _) in enumerate(lines):
+        cluster_of.append(parsed.cluster.cluster_id)
+        ts = _NO_TS if parsed.ts is None else int(parsed.ts.timestamp() * 1_000_000)
         for sid in ids:
-            per_seq.setdefault(sid, []).append(idx)
-    cols = {"sequence_id": [], "step": [], "ts": [], "key": [], "value": [], "template_id": []}
-    param_failures = 0
-    kv_of_line: list[tuple[list[str], list[str]]] = []  # (keys, values) per line
-    templates = {c.cluster_id: c.get_template() for c in miner.drain.clusters}  # final templates
-    for _, groups, _, _, cid in lines:
-        template = templates[cid]
-        params = miner.extract_parameters(template, groups["Content"])
-        if params is None:
-            params = miner.extract_parameters(template, groups["Content"], exact_matching=False)
-        if params is None:
-            param_failures += 1
-            params = []
-        names = slot_names(template, [p.mask_name for p in params], key_names, reserved)
-        keys = [*header_keys, "template", *names]
-        values = [*(groups[f] for f in key_fields), template, *(p.value for p in params)]
-        kv_of_line.append((keys, values))
-    for sid, idxs in per_seq.items():
-        idxs.sort(key=lambda i: (lines[i][2] is None, lines[i][2] or dt.datetime.min, lines[i][0]))
-        for step, i in enumerate(idxs):
-            _, _, ts, _, cid = lines[i]
-            keys, values = kv_of_line[i]
-            n = len(keys)
-            cols["sequence_id"].extend([sid] * n)
-            cols["step"].extend([step] * n)
-            cols["ts"].extend([ts] * n)
-            cols["key"].extend(keys)
-            cols["value"].extend(values)
-            cols["template_id"].extend([cid] * n)
+            code = seq_code.setdefault(sid, len(seq_code))
+            row_line.append(line_no)
+            row_seq.append(code)
+            row_ts.append(ts)
+            if fmt.label_field and parsed.groups[fmt.label_field] != "-":
+                anomalous.add(code)
+    steps = _steps(row_seq, row_ts, row_line)
+    seq_names = list(seq_code)
 
-    # ---- write Parquet (atomic, replacing this input's part file), then Drain3 state
+    # ---- pass 2: read the file again; each line meets its cluster's *final* template, its
+    # parameters are extracted and named, and its rows stream to Parquet in batches.
+    templates = {c.cluster_id: c.get_template() for c in miner.drain.clusters}
+    names_of: dict[tuple[int, tuple[str, ...]], list[str]] = {}
+    param_failures = 0
     obj_path = storage.objects_path(root, source, ingest_date, log_path)
-    storage.write_parquet_atomic(pa.table(cols, schema=storage.OBJECTS_SCHEMA), obj_path)
+    cols: dict[str, list] = {c: [] for c in storage.OBJECTS_SCHEMA.names}
+    k = 0  # next (line, sequence) row
+    with storage.AtomicParquetWriter(obj_path, storage.OBJECTS_SCHEMA) as out:
+        for i, (line_no, text) in enumerate(storage.LineReader(log_path, [])):
+            cid = cluster_of[i]
+            if cid < 0:
+                continue
+            groups, ts = parser.header(text)
+            template = templates[cid]
+            params = miner.extract_parameters(template, groups["Content"])
+            if params is None:
+                params = miner.extract_parameters(template, groups["Content"], exact_matching=False)
+            if params is None:
+                param_failures += 1
+                params = []
+            masks = tuple(p.mask_name for p in params)
+            names = names_of.get((cid, masks))
+            if names is None:
+                names = names_of[(cid, masks)] = slot_names(template, list(masks), key_names, reserved)
+            keys = [*header_keys, "template", *names]
+            values = [*(groups[f] for f in key_fields), template, *(p.value for p in params)]
+            n = len(keys)
+            while k < len(row_line) and row_line[k] == line_no:
+                cols["sequence_id"].extend([seq_names[row_seq[k]]] * n)
+                cols["step"].extend([int(steps[k])] * n)
+                cols["ts"].extend([ts] * n)
+                cols["key"].extend(keys)
+                cols["value"].extend(values)
+                cols["template_id"].extend([cid] * n)
+                k += 1
+            if len(cols["key"]) >= batch_rows:
+                out.write(cols)
+                cols = {c: [] for c in cols}
+        out.write(cols)
+    if k != len(row_line):
+        raise RuntimeError(f"{log_path} changed while it was being ingested (pass 2 saw {k} of {len(row_line)} rows)")
+
+    # ---- rejects, labels, then Drain3 state (after the data it describes)
     rej_path = storage.write_rejects(root, source, ingest_date, log_path, rejects)
-    labels_path = _write_line_labels(root, source, log_path, per_seq, line_labels) if fmt.label_field else None
+    labels_path = None
+    if fmt.label_field:
+        labels = ["Anomaly" if code in anomalous else "Normal" for code in range(len(seq_names))]
+        labels_path = storage.write_parquet_atomic(
+            pa.table({"sequence_id": seq_names, "label": labels}, schema=storage.LABELS_SCHEMA),
+            storage.labels_path(root, source, log_path))
     miner.save_state(f"ingest {log_path.name}")
 
     report = {
@@ -249,9 +285,9 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
         "rejected": len(rejects),
         "blank": reader.blank,
         "no_sequence_id": no_id,
-        "objects": sum(len(v) for v in per_seq.values()),
-        "rows": len(cols["key"]),
-        "sequences": len(per_seq),
+        "objects": len(row_line),
+        "rows": out.rows,
+        "sequences": len(seq_names),
         "templates": len(miner.drain.clusters),
         "new_templates": len(miner.drain.clusters) - clusters_before,
         "param_failures": param_failures,
@@ -266,14 +302,20 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     return storage.check_reject_share(report, max_reject_share)
 
 
-def _write_line_labels(root, source: str, log_path: Path, per_seq: dict[str, list[int]],
-                       line_labels: dict[int, str]) -> Path:
-    """Sequence labels from a per-line label field: Anomaly if any line is not ``-``."""
-    ids = list(per_seq)
-    labels = ["Anomaly" if any(line_labels[i] != "-" for i in per_seq[s]) else "Normal" for s in ids]
-    path = storage.labels_path(root, source, log_path)
-    storage.write_parquet_atomic(pa.table({"sequence_id": ids, "label": labels}, schema=storage.LABELS_SCHEMA), path)
-    return path
+_NO_TS = np.iinfo(np.int64).max  # lines without a timestamp sort last in their sequence
+
+
+def _steps(row_seq: array, row_ts: array, row_line: array) -> np.ndarray:
+    """Position of every (line, sequence) row inside its sequence, by time then line number."""
+    seq, ts, line = (np.frombuffer(a, dtype=np.int64) if len(a) else np.zeros(0, np.int64)
+                     for a in (row_seq, row_ts, row_line))
+    order = np.lexsort((line, ts, seq))
+    sorted_seq = seq[order]
+    starts = np.r_[0, np.flatnonzero(np.diff(sorted_seq)) + 1] if len(order) else np.zeros(0, np.int64)
+    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
+    steps = np.empty(len(order), dtype=np.int64)
+    steps[order] = np.arange(len(order)) - group_start
+    return steps
 
 
 def ingest_labels(csv_path, root, source: str, id_column: str | None = None, label_column: str | None = None) -> dict:

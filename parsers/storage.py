@@ -129,6 +129,35 @@ def drain_state_path(root: str | os.PathLike, source: str) -> Path:
 # --------------------------------------------------------------------------- writing
 
 
+class AtomicParquetWriter:
+    """Write a Parquet file batch by batch (row groups); the file appears at ``path`` only when the
+    ``with`` block ends without an error (temp file in the same folder, then ``os.replace``), so
+    memory stays flat with input size and a crash never leaves a half-written part."""
+
+    def __init__(self, path: str | os.PathLike, schema: pa.Schema):
+        self.path, self.schema, self.rows = Path(path), schema, 0
+
+    def __enter__(self) -> AtomicParquetWriter:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        os.close(fd)
+        self._writer = pq.ParquetWriter(self._tmp, self.schema)
+        return self
+
+    def write(self, columns: dict[str, list]) -> None:
+        table = pa.table(columns, schema=self.schema)
+        if table.num_rows:
+            self._writer.write_table(table)
+            self.rows += table.num_rows
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._writer.close()
+        if exc_type is None:
+            os.replace(self._tmp, self.path)
+        else:
+            os.unlink(self._tmp)
+
+
 def write_parquet_atomic(
     table: pa.Table | pl.DataFrame, path: str | os.PathLike, schema: pa.Schema | None = None
 ) -> Path:

@@ -182,3 +182,29 @@ def test_real_hdfs_sample_ingests_without_rejects(tmp_path):
     assert not {k for k in keys - header if k[-1].isdigit()}, (
         "every real HDFS template should be in key_names/hdfs.json"
     )
+
+
+def test_streaming_batches_do_not_change_the_output(tmp_path):
+    from parsers.bench import generate_lines
+
+    log = generate_lines(3000, tmp_path / "gen.log")
+    small = ingest_logs(log, tmp_path / "a", ingest_date=DAY, batch_rows=7)
+    whole = ingest_logs(log, tmp_path / "b", ingest_date=DAY)
+    assert small["rows"] == whole["rows"] > 0 and small["sequences"] == whole["sequences"]
+    a = storage.read_objects(tmp_path / "a", "hdfs")
+    b = storage.read_objects(tmp_path / "b", "hdfs")
+    assert a.equals(b)
+    assert len(pq_row_groups(small["objects_path"])) > 1
+    # steps are 0..n-1 inside every sequence, in time order
+    per_seq = a.unique(["sequence_id", "step"]).group_by("sequence_id").agg(
+        pl.col("step").sort(), pl.col("ts").sort_by("step"))
+    for steps, ts in zip(per_seq["step"].to_list(), per_seq["ts"].to_list()):
+        assert steps == list(range(len(steps)))
+        assert ts == sorted(ts)
+
+
+def pq_row_groups(path):
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    return [meta.row_group(i) for i in range(meta.num_row_groups)]

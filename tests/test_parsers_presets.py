@@ -151,5 +151,5 @@ def test_bench_ingest_contract(tmp_path):
     assert {"lines", "lines_per_s", "drain3_loop_lines_per_s", "ratio", "same_templates", "peak_rss_mb"} <= set(result)
     assert result["lines"] == 3000 and result["report"]["read"] == 3000 and result["report"]["rejected"] == 0
     assert result["same_templates"] is True
-    assert result["ratio"] == pytest.approx(result["lines_per_s"] / result["drain3_loop_lines_per_s"], rel=1e-3)
+    assert result["ratio"] == pytest.approx(result["lines_per_s"] / result["drain3_loop_lines_per_s"], abs=2e-3)
     assert out.with_suffix(".md").read_text().startswith("| lines |")
