@@ -34,24 +34,22 @@ from pathlib import Path
 
 from parsers.sessions import SessionSpec
 
-_B = r"(?<![A-Za-z0-9_])"  # token boundary before a masked value
-_A = r"(?![A-Za-z0-9_])"  # token boundary after it
-
+# Masks are written without look-arounds (``\b`` / ``\B`` instead), so Python's ``re`` (Drain3's
+# masker, parameter extraction) and polars' Rust regex (the vectorised ingest) read them the same.
 # Building blocks, named by what they mask (the mask name becomes the default slot-key name).
-PATH = (_B + r"/(?:[\w.$\-]+/)+[\w.$\-]*", "PATH")
-BLK = (_B + r"blk_-?\d+(?:\s+blk_-?\d+)*" + _A, "BLK")  # one id, or a list of them as one value
-IP = (_B + r"\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?" + _A, "IP")
-UUID = (_B + r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}" + _A, "UUID")
-HEX = (_B + r"0x[0-9a-fA-F]+" + _A, "HEX")
-NUM = (_B + r"[-+]?\d+(?:\.\d+)?" + _A, "NUM")
+PATH = (r"\B/(?:[\w.$\-]+/)+[\w.$\-]*", "PATH")
+BLK = (r"\bblk_-?\d+(?:\s+blk_-?\d+)*\b", "BLK")  # one id, or a list of them as one value
+IP = (r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b", "IP")
+UUID = (r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b", "UUID")
+HEX = (r"\b0x[0-9a-fA-F]+\b", "HEX")
+NUM = (r"(?:\B[-+])?\b\d+(?:\.\d+)?\b", "NUM")  # a sign only when it starts the token
 DEFAULT_MASKS: tuple[tuple[str, str], ...] = (PATH, BLK, IP, UUID, HEX, NUM)
 IP_SLASH = (r"/?" + IP[0], "IP")  # Zookeeper writes peers as /10.10.34.11:3888
-CLOCK = (_B + r"\d{2}:\d{2}:\d{2}" + _A, "TIME")
+CLOCK = (r"\b\d{2}:\d{2}:\d{2}\b", "TIME")
 SIZE_UNIT = (r"\b[KGTM]?B\b", "UNIT")
-HOST = (_B + r"(?:[\w-]+\.){2,}[\w-]+", "HOST")  # dotted names: hosts, classes, files
-CORE = (r"core\.\d+", "CORE")
-EQ_NUM = (r"(?<==)\d+", "NUM")
-IP_LIST = (_B + r"(?:\d{1,3}(?:\.\d{1,3}){3},?)+", "IP")
+HOST = (r"\b(?:[\w-]+\.){2,}[\w-]+", "HOST")  # dotted names: hosts, classes, files
+CORE = (r"\bcore\.\d+\b", "CORE")
+IP_LIST = (r"\b(?:\d{1,3}(?:\.\d{1,3}){3},?)+", "IP")
 SLASH_PATH = (r"/\S+", "PATH")
 
 
@@ -163,7 +161,7 @@ PRESETS: dict[str, LogFormat] = {
                 session_field="Node"),
     "hpc": _fmt("hpc", "<LogId> <Node> <Component> <State> <Time> <Flag> <Content>",
                 field_patterns={"LogId": r"\d+", "Node": r".+?", "Component": r"\S+", "State": r"\S+",
-                                "Time": r"\d+", "Flag": r"-?\d+"}, masks=(EQ_NUM, NUM),
+                                "Time": r"\d+", "Flag": r"-?\d+"}, masks=(NUM,),
                 ts_fields=("Time",), ts_format="epoch", session_field="Node"),
     "linux": _fmt("linux", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
     "syslog": _fmt("syslog", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),

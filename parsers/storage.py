@@ -144,8 +144,11 @@ class AtomicParquetWriter:
         self._writer = pq.ParquetWriter(self._tmp, self.schema)
         return self
 
-    def write(self, columns: dict[str, list]) -> None:
-        table = pa.table(columns, schema=self.schema)
+    def write(self, columns: dict[str, list] | pa.Table | pl.DataFrame) -> None:
+        if isinstance(columns, pl.DataFrame):
+            columns = columns.to_arrow()
+        table = columns.select(self.schema.names).cast(self.schema) if isinstance(columns, pa.Table) \
+            else pa.table(columns, schema=self.schema)
         if table.num_rows:
             self._writer.write_table(table)
             self.rows += table.num_rows
@@ -265,45 +268,52 @@ class LineReader:
         self.path, self.rejects, self.max_line_bytes = Path(path), rejects, max_line_bytes
         self.read = self.blank = 0
 
-    def _lines(self, fh):
-        """Raw lines (without the newline) and whether each was cut at the limit."""
-        limit = self.max_line_bytes
-        while True:
-            raw = fh.readline(limit + 1)
-            if not raw:
-                return
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                head = raw
-                while raw and not raw.endswith(b"\n"):  # skip the rest of the long line
-                    raw = fh.readline(1 << 20)
-                yield head, True
-                continue
-            yield raw.rstrip(b"\r\n"), False
-
-    def __iter__(self):
+    def batches(self, size: int):
+        """The same lines as iteration gives, as (line numbers, texts) lists of up to ``size``
+        lines: one tight loop, for the batched ingest."""
+        numbers: list[int] = []
+        texts: list[str] = []
+        limit, rejects = self.max_line_bytes, self.rejects
         with open_input(self.path) as fh:
+            readline = fh.readline
             try:
-                for line_no, (raw, too_long) in enumerate(self._lines(fh), 1):
+                while True:
+                    raw = readline(limit + 1)
+                    if not raw:
+                        break
                     self.read += 1
-                    if too_long:
-                        self.rejects.append((line_no, f"line longer than {self.max_line_bytes} bytes",
-                                             raw[:RAW_LIMIT].decode("utf-8", "replace")))
+                    if len(raw) > limit and not raw.endswith(b"\n"):
+                        head = raw
+                        while raw and not raw.endswith(b"\n"):
+                            raw = readline(1 << 20)
+                        rejects.append((self.read, f"line longer than {limit} bytes",
+                                        head[:RAW_LIMIT].decode("utf-8", "replace")))
                         continue
+                    raw = raw.rstrip(b"\r\n")
                     try:
                         text = raw.decode("utf-8")
                     except UnicodeDecodeError as exc:
-                        reason = f"undecodable: {exc.reason} at byte {exc.start}"
-                        self.rejects.append((line_no, reason, raw.decode("utf-8", "replace")))
+                        rejects.append((self.read, f"undecodable: {exc.reason} at byte {exc.start}",
+                                        raw.decode("utf-8", "replace")))
                         continue
                     if not text.strip():
                         self.blank += 1
                         continue
-                    yield line_no, text
+                    numbers.append(self.read)
+                    texts.append(text)
+                    if len(texts) >= size:
+                        yield numbers, texts
+                        numbers, texts = [], []
             except (EOFError, gzip.BadGzipFile, OSError) as exc:
-                self.rejects.append((self.read + 1, f"truncated or corrupt gzip: {exc}", ""))
-                return
+                rejects.append((self.read + 1, f"truncated or corrupt gzip: {exc}", ""))
+        if texts:
+            yield numbers, texts
         if self.read == 0 and self.path.suffix == ".gz":
-            self.rejects.append((0, "empty gzip file", ""))
+            rejects.append((0, "empty gzip file", ""))
+
+    def __iter__(self):
+        for numbers, texts in self.batches(1):
+            yield numbers[0], texts[0]
 
 
 def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:

@@ -188,7 +188,7 @@ def test_streaming_batches_do_not_change_the_output(tmp_path):
     from parsers.bench import generate_lines
 
     log = generate_lines(3000, tmp_path / "gen.log")
-    small = ingest_logs(log, tmp_path / "a", ingest_date=DAY, batch_rows=7)
+    small = ingest_logs(log, tmp_path / "a", ingest_date=DAY, batch_lines=500)
     whole = ingest_logs(log, tmp_path / "b", ingest_date=DAY)
     assert small["rows"] == whole["rows"] > 0 and small["sequences"] == whole["sequences"]
     a = storage.read_objects(tmp_path / "a", "hdfs")

@@ -1,0 +1,64 @@
+"""Column-at-a-time versions of the per-line steps of log ingestion (polars, Rust regex).
+
+Ingestion handles lines in batches; header splitting, masking, id extraction and parameter
+extraction run as polars string expressions over a whole batch instead of Python code per line.
+Only what is new goes through Python: distinct masked contents to Drain3, distinct timestamps to
+``strptime``, and the few lines whose parameters the template regex does not match (they fall
+back to Drain3's own ``extract_parameters``).
+
+The masks are written without look-arounds (see parsers.presets), so Python's ``re`` (Drain3's
+masker, used by ``LineParser``) and the Rust regex engine mask identically; a test checks it on
+every LogHub file for every preset.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import polars as pl
+
+from parsers.presets import LogFormat
+
+_SLOT = re.compile(r"(<[A-Z][A-Z0-9_]*>|<\*>)")
+
+
+def split_headers(lines: pl.Series, fmt: LogFormat) -> pl.DataFrame:
+    """Raw lines -> one column per header field plus ``Content`` (stripped); all null where
+    the line does not match the header pattern."""
+    frame = lines.str.extract_groups(fmt.regex().pattern).struct.unnest()
+    return frame.with_columns(pl.col("Content").str.strip_chars())
+
+
+def mask(content: pl.Expr, fmt: LogFormat) -> pl.Expr:
+    """The content with every mask applied in order (what Drain3's masker does per line)."""
+    for pattern, name in fmt.masks:
+        content = content.str.replace_all(pattern, f"<{name}>")
+    return content
+
+
+@lru_cache(maxsize=4096)
+def template_regex(template: str, masks: tuple[tuple[str, str], ...]) -> tuple[str, tuple[str, ...]]:
+    """A regex that matches the original content of a line of ``template`` and captures its
+    slots as groups ``p0, p1, ...``: a mask slot with the mask's own pattern, a Drain wildcard
+    ``<*>`` lazily; the spaces between template tokens match any whitespace run."""
+    by_name = {name: pattern for pattern, name in masks}
+    parts, names = [], []
+    for i, piece in enumerate(_SLOT.split(template)):
+        if i % 2:  # a slot
+            name = piece[1:-1]
+            pattern = by_name.get(name, ".*?") if name != "*" else ".*?"
+            parts.append(f"(?P<p{len(names)}>{pattern})")
+            names.append(name)
+        else:
+            parts.append(r"\s+".join(re.escape(p) for p in piece.split(" ")))
+    return "^" + "".join(parts) + "$", tuple(names)
+
+
+def extract_slots(content: pl.Series, template: str, masks) -> tuple[pl.DataFrame, tuple[str, ...]]:
+    """Slot values of lines of one template: [len(content), n_slots] strings (null row = no match)."""
+    pattern, names = template_regex(template, tuple(masks))
+    if not names:
+        return pl.DataFrame({"_matched": content.str.contains(pattern)}), names
+    frame = content.str.extract_groups(pattern).struct.unnest()
+    return frame.select([f"p{i}" for i in range(len(names))]), names
