@@ -23,11 +23,29 @@ from parsers.presets import LogFormat
 _SLOT = re.compile(r"(<[A-Z][A-Z0-9_]*>|<\*>)")
 
 
-def split_headers(lines: pl.Series, fmt: LogFormat) -> pl.DataFrame:
-    """Raw lines -> one column per header field plus ``Content`` (stripped); all null where
-    the line does not match the header pattern."""
-    frame = lines.str.extract_groups(fmt.regex().pattern).struct.unnest()
-    return frame.with_columns(pl.col("Content").str.strip_chars())
+_CONTENT_LAST = ("(?P<Content>.*)$", "(?P<Content>.*?)$")
+
+
+def split_headers(frame: pl.LazyFrame, fmt: LogFormat) -> pl.LazyFrame:
+    """Raw lines (column ``text``) -> plus one column per header field and ``Content``
+    (stripped); all null where the line does not match the header pattern.
+
+    When ``Content`` is the pattern's last group and takes the rest of the line (every preset),
+    only the header *prefix* is matched with captures -- the capture engine then runs on a few
+    dozen characters instead of the whole line -- and ``Content`` is the text after the
+    prefix. The result is the same: ``.*$`` matches any rest of a line, so the prefix's first
+    match is the whole pattern's.
+    """
+    pattern = fmt.regex().pattern
+    text = pl.col("text")
+    prefix = next((pattern[: -len(end)] for end in _CONTENT_LAST if pattern.endswith(end)), None)
+    if prefix is None:
+        return frame.with_columns(text.str.extract_groups(pattern).struct.unnest()).with_columns(
+            pl.col("Content").str.strip_chars())
+    matched = text.str.contains(prefix)
+    content = pl.when(matched).then(text.str.replace(prefix, "").str.strip_chars())
+    fields = [text.str.extract_groups(prefix).struct.unnest()] if fmt.fields else []
+    return frame.with_columns(*fields, Content=content)
 
 
 def mask(content: pl.Expr, fmt: LogFormat) -> pl.Expr:

@@ -1,23 +1,28 @@
 """``ingest_logs``: a raw log file -> Parquet key-value objects, in batches of lines.
 
-Pass 1 (learn): per batch of lines, headers are split, timestamps parsed, contents masked
-(parsers.columns, vectorised); each *distinct* masked content new to the run goes to Drain3 in
-file order (the cache from masked content to cluster makes repeats free); sequence ids are
-pulled out. Only compact numbers are kept per line: its cluster id, and one (line, sequence,
-time) row per sequence it belongs to. Rejects are collected with their reasons.
+Reading (parsers.storage.LineReader): blocks of the file are decoded and split in one call
+each; bad lines become rejects.
+
+Pass 1 (learn): per batch of lines, one polars query (streaming engine, all cores) splits the
+headers, masks the contents and pulls out the sequence ids (parsers.columns); timestamps are
+parsed per distinct stamp. Each *distinct* masked content new to the run goes to Drain3 in file
+order (the cache from masked content to cluster makes repeats free). Only compact numbers are
+kept per line: its cluster id, and one (line, sequence, time) row per sequence it belongs to.
+Rejects are collected with their reasons.
 
 Between the passes, ``step`` (position in the sequence, by time then line number) is computed
 for every (line, sequence) row with one numpy sort.
 
-The lines to write go to a temporary Parquet spill (one file per batch, beside the output) with
-their header fields, content and cluster, so memory stays flat with input size.
+The lines to write go to a temporary spill (Arrow IPC, one file per batch, beside the output)
+with their header fields, content and cluster, so memory stays flat with input size.
 
 Pass 2 (write): per spilled batch, each line's slots are extracted against its cluster's
-*final* template (templates generalise while Drain learns) with one regex per template over the
-batch, named (parsers.logs.slot_names) and written as long-form rows through the atomic
-batched Parquet writer. Lines the template regex does not match fall back to Drain3's own
-``extract_parameters``; lines neither matches are counted as ``param_failures`` and keep their
-header keys and template.
+*final* template (templates generalise while Drain learns) with one capture regex per template,
+all templates at once; lines the regex does not match fall back to Drain3's own
+``extract_parameters``, and lines neither matches are counted as ``param_failures`` and keep
+their header keys and template. The long-form rows are assembled by index arithmetic (one
+gather per column, no join, no sort) and streamed into one Parquet file by polars' sink, which
+encodes on its own threads while the next batch is computed (parsers.storage.write_batches_atomic).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import datetime as dt
 import logging
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +80,11 @@ def _timestamps(frame: pl.DataFrame, fmt: LogFormat, parser: LineParser) -> pl.S
     return stamps.replace_strict(table, default=None, return_dtype=pl.Int64).alias("ts")
 
 
+def _keep(frame, mask: pl.Series):
+    """``frame.filter(mask)``, without the copy when every row is kept."""
+    return frame if mask.all() else frame.filter(mask)
+
+
 class _Learner:
     """Pass 1 state: the compact per-line numbers and what is counted."""
 
@@ -101,10 +112,9 @@ class _Learner:
         ids = {text: cache[text].cluster_id for text in counts}
         return masked.replace_strict(ids, return_dtype=pl.Int64)
 
-    def _sequence_ids(self, frame: pl.DataFrame) -> pl.Series:
-        """List of sequence ids per line (null: the line cannot be placed: a reject)."""
-        if self.session.id_pattern:
-            return frame["Content"].str.extract_all(self.session.id_pattern).list.unique(maintain_order=True)
+    def _window_ids(self, frame: pl.DataFrame) -> pl.Series:
+        """Sessions by field and time window: list of sequence ids per line (null: the line
+        cannot be placed: a reject). Sessions by id pattern are extracted in ``add``."""
         out = []
         for groups, ts in zip(frame.iter_rows(named=True), frame["ts"].to_list()):
             when = None if ts is None else _EPOCH + dt.timedelta(microseconds=ts)
@@ -112,46 +122,50 @@ class _Learner:
             out.append(None if isinstance(ids, str) else ids)
         return pl.Series(out, dtype=pl.List(pl.String))
 
-    def add(self, numbers: list[int], texts: list[str]) -> pl.DataFrame:
-        """Learn from one batch; return its lines to write (header fields, Content, line_no,
-        cluster), which the caller spills to disk for pass 2."""
+    def add(self, lines: pl.DataFrame) -> pl.DataFrame:
+        """Learn from one batch of lines (``line_no, text``); return its lines to write (header
+        fields, Content, line_no, cluster), which the caller spills to disk for pass 2."""
         fmt = self.fmt
-        frame = columns.split_headers(pl.Series(texts, dtype=pl.String), fmt).with_columns(
-            line_no=pl.Series(numbers, dtype=pl.Int64))
+        content = pl.col("Content")
+        derived = {"masked": columns.mask(content, fmt)}
+        if self.session.id_pattern:
+            derived["ids"] = content.str.extract_all(self.session.id_pattern).list.unique(maintain_order=True)
+        # the streaming engine runs these string kernels on all cores, morsel by morsel
+        frame = columns.split_headers(lines.lazy(), fmt).with_columns(**derived).collect(engine="streaming")
         frame = frame.with_columns(_timestamps(frame, fmt, self.parser))
         header_ok = frame["Content"].is_not_null()
-        ts_ok = pl.Series([True] * frame.height) if not fmt.ts_format else frame["ts"].is_not_null() | ~header_ok
-        ok = header_ok & ts_ok
-        good = frame.filter(ok)
-        ids = self._sequence_ids(good)
+        ts_ok = pl.repeat(True, frame.height, eager=True) if not fmt.ts_format else \
+            frame["ts"].is_not_null() | ~header_ok
+        good = _keep(frame, header_ok & ts_ok)
+        ids = good["ids"] if self.session.id_pattern else self._window_ids(good)
         placed = ids.is_not_null()
-        for line_no, reason, text in self._reasons(frame, header_ok, ts_ok, good, placed, texts):
-            self.rejects.append((line_no, reason, text))
-        good, ids = good.filter(placed), ids.filter(placed)
+        self.rejects.extend(self._reasons(frame, header_ok, ts_ok, good, placed))
+        good, ids = _keep(good, placed), _keep(ids, placed)
         self.parsed += good.height
-        if not good.height:
-            return good.select(*fmt.key_fields, "Content", "line_no").with_columns(cluster=pl.lit(None, pl.Int64))
-        good = good.with_columns(cluster=self._clusters(good.select(columns.mask(pl.col("Content"), fmt)).to_series()))
+        good = good.with_columns(cluster=self._clusters(good["masked"]))
         has_id = ids.list.len() > 0
         self.no_id += int((~has_id).sum())
-        good, ids = good.filter(has_id), ids.filter(has_id)
+        good, ids = _keep(good, has_id), _keep(ids, has_id)
         self._rows(good, ids)
         return good.select(*fmt.key_fields, "Content", "line_no", "cluster")
 
-    def _reasons(self, frame, header_ok, ts_ok, good, placed, texts):
-        for i in np.flatnonzero(~header_ok.to_numpy()):
-            yield int(frame["line_no"][int(i)]), f"header mismatch: not a {self.fmt.name} line", texts[i]
-        for i in np.flatnonzero(~ts_ok.to_numpy()):
-            yield int(frame["line_no"][int(i)]), "bad timestamp", texts[i]
-        text_of = dict(zip(frame["line_no"].to_list(), texts))
-        for n in good.filter(~placed)["line_no"].to_list():
-            yield n, "no timestamp: cannot place the line in a time window", text_of[n]
+    def _reasons(self, frame, header_ok, ts_ok, good, placed):
+        """(line number, reason, raw text) of the batch's rejected lines."""
+        bad_header = frame.filter(~header_ok)
+        for n, text in zip(bad_header["line_no"].to_list(), bad_header["text"].to_list()):
+            yield n, f"header mismatch: not a {self.fmt.name} line", text
+        bad_ts = frame.filter(~ts_ok)
+        for n, text in zip(bad_ts["line_no"].to_list(), bad_ts["text"].to_list()):
+            yield n, "bad timestamp", text
+        unplaced = good.filter(~placed)
+        for n, text in zip(unplaced["line_no"].to_list(), unplaced["text"].to_list()):
+            yield n, "no timestamp: cannot place the line in a time window", text
 
     def _rows(self, good: pl.DataFrame, ids: pl.Series) -> None:
         exploded = good.select("line_no", "ts").with_columns(sid=ids).explode("sid")
-        for sid in exploded["sid"].unique(maintain_order=True).to_list():
-            self.seq_code.setdefault(sid, len(self.seq_code))
-        codes = exploded["sid"].replace_strict(self.seq_code, return_dtype=pl.Int64).to_numpy()
+        batch_ids = exploded["sid"].unique(maintain_order=True)
+        codes = [self.seq_code.setdefault(sid, len(self.seq_code)) for sid in batch_ids.to_list()]
+        codes = exploded["sid"].replace_strict(batch_ids, codes, return_dtype=pl.Int64).to_numpy()
         self.rows.append((exploded["line_no"].to_numpy(), codes,
                           exploded["ts"].fill_null(_NO_TS).to_numpy()))
         if self.fmt.label_field:
@@ -159,46 +173,99 @@ class _Learner:
             self.anomalous.update(self.seq_code[s] for s in labelled["sid"].to_list())
 
 
-def _slot_frames(batch: pl.DataFrame, templates: dict, miner, masks, key_names, reserved, header_keys, counts):
-    """Long-form (line_no, key_index, key, value) rows of one batch's written lines."""
-    parts = []
-    for (cid,), group in batch.group_by("cluster", maintain_order=True):
+@dataclass
+class _Group:
+    """Lines of a batch that share a template and a key list; ``columns`` holds one value per
+    key, each a Series with a value per line, or a single value shared by all lines."""
+
+    line_no: np.ndarray
+    template_id: int
+    keys: list[str]
+    columns: list[pl.Series]
+
+
+def _groups(batch: pl.DataFrame, templates: dict, miner, fmt: LogFormat, key_names, counts) -> list[_Group]:
+    """The batch's lines by template, with their values: header fields, ``template``, then the
+    named slots. One capture regex per template over its lines, every template at once on all
+    cores. Lines their template's regex does not match fall back to Drain3's own extraction
+    (exact, then fuzzy; else only the header keys and template, counted in ``param_failures``)."""
+    header_keys = [f.lower() for f in fmt.key_fields]
+    reserved = {*header_keys, "template"}
+    parts = batch.partition_by("cluster", as_dict=True, maintain_order=True)
+    plans, queries = [], []
+    for (cid,), part in parts.items():
         template = templates[cid]
-        slots, mask_names = columns.extract_slots(group["Content"], template, masks)
-        matched = slots.select(pl.all_horizontal(pl.all().is_not_null())).to_series() if mask_names else \
-            slots["_matched"]
+        pattern, mask_names = columns.template_regex(template, tuple(fmt.masks))
         names = slot_names(template, list(mask_names), key_names, reserved)
-        keys = [*header_keys, "template", *names]
-        values = [pl.col(f).alias(f"v{i}") for i, f in enumerate(group.columns[:len(header_keys)])]
-        wide = group.select("line_no", *values, pl.lit(template).alias(f"v{len(header_keys)}"))
-        if mask_names:
-            wide = wide.hstack(slots.rename({f"p{i}": f"v{len(header_keys) + 1 + i}" for i in range(len(names))}))
-        good = wide.filter(matched)
-        parts.append(_long(good, keys))
-        for row in group.filter(~matched).iter_rows(named=True):  # Drain3's own extraction, then give up
-            params = miner.extract_parameters(template, row["Content"]) or \
-                miner.extract_parameters(template, row["Content"], exact_matching=False)
-            if params is None:
-                counts["param_failures"] += 1
-                params = []
-            names = slot_names(template, [p.mask_name for p in params], key_names, reserved)
-            row_keys = [*header_keys, "template", *names]
-            row_values = [*(row[c] for c in group.columns[:len(header_keys)]), template, *(p.value for p in params)]
-            parts.append(pl.DataFrame({"line_no": [row["line_no"]] * len(row_keys),
-                                       "key_index": list(range(len(row_keys))), "key": row_keys,
-                                       "value": row_values}, schema=_LONG))
-    return pl.concat(parts) if parts else pl.DataFrame(schema=_LONG)
+        plans.append((cid, part, template, [*header_keys, "template", *names]))
+        content = pl.col("Content")
+        queries.append(part.lazy().select(content.str.extract_groups(pattern).struct.unnest()) if names
+                       else part.lazy().select(_matched=content.str.contains(pattern)))
+    groups, failed = [], []
+    for (cid, part, template, keys), slots in zip(plans, pl.collect_all(queries)):
+        matched = slots.select(pl.all_horizontal(pl.all().is_not_null())).to_series() if "_matched" not in slots \
+            else slots["_matched"]
+        if not matched.all():
+            failed.append(part.filter(~matched))
+            part, slots = part.filter(matched), slots.filter(matched)
+        if part.height:
+            cols = [part[f] for f in fmt.key_fields] + [pl.Series([template])]
+            groups.append(_Group(part["line_no"].to_numpy(), cid, keys,
+                                 cols + ([] if "_matched" in slots else slots.get_columns())))
+    fallback: dict[tuple, list] = {}
+    for row in (pl.concat(failed).iter_rows(named=True) if failed else ()):
+        template = templates[row["cluster"]]
+        params = miner.extract_parameters(template, row["Content"]) or \
+            miner.extract_parameters(template, row["Content"], exact_matching=False)
+        if params is None:
+            counts["param_failures"] += 1
+            params = []
+        keys = (*header_keys, "template", *slot_names(template, [p.mask_name for p in params], key_names, reserved))
+        values = [*(row[f] for f in fmt.key_fields), template, *(p.value for p in params)]
+        fallback.setdefault((row["cluster"], keys), []).append((row["line_no"], values))
+    for (cid, keys), lines in fallback.items():
+        groups.append(_Group(np.array([n for n, _ in lines], dtype=np.int64), cid, list(keys),
+                             [pl.Series([v[k] for _, v in lines], dtype=pl.String) for k in range(len(keys))]))
+    return groups
 
 
-_LONG = {"line_no": pl.Int64, "key_index": pl.Int64, "key": pl.String, "value": pl.String}
+def _objects(groups: list[_Group], rows: pl.DataFrame, seq_names: pl.Series) -> pl.DataFrame:
+    """Long-form object rows for ``rows`` (one per (line, sequence), sorted by line, then
+    sequence): each row repeated once per key of its line, in key order.
 
+    Index arithmetic instead of a join and a sort: every group's value columns are concatenated
+    once; the value of key ``k`` of the ``j``-th line of group ``g`` sits at
+    ``base[g, k] + stride[g, k] * j`` (stride 0 for a value shared by the group), so one gather
+    builds the ``value`` column in output order."""
+    if not groups:
+        return pl.DataFrame()
+    n_keys = np.array([len(g.keys) for g in groups])
+    first_column = np.r_[0, np.cumsum(n_keys)[:-1]]  # (g, k) -> column number first_column[g] + k
+    lengths = np.array([len(c) for g in groups for c in g.columns])
+    base = np.r_[0, np.cumsum(lengths)[:-1]]
+    stride = (lengths > 1).astype(np.int64)
+    line_no = np.concatenate([g.line_no for g in groups])
+    line_group = np.repeat(np.arange(len(groups)), [len(g.line_no) for g in groups])
+    line_pos = np.concatenate([np.arange(len(g.line_no)) for g in groups])
+    by_line = np.argsort(line_no, kind="stable")
+    at = by_line[np.searchsorted(line_no[by_line], rows["line_no"].to_numpy())]  # row -> line
 
-def _long(wide: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    value_cols = [f"v{i}" for i in range(len(keys))]
-    return (wide.unpivot(index="line_no", on=value_cols, variable_name="col", value_name="value")
-            .with_columns(key_index=pl.col("col").str.slice(1).cast(pl.Int64))
-            .with_columns(key=pl.col("key_index").replace_strict(dict(enumerate(keys)), return_dtype=pl.String))
-            .select(list(_LONG)).cast(_LONG))
+    group, pos = line_group[at], line_pos[at]
+    per_row = n_keys[group]
+    row_of = np.repeat(np.arange(len(at)), per_row)  # output row -> input row
+    k = np.arange(per_row.sum()) - np.repeat(np.cumsum(per_row) - per_row, per_row)
+    column = first_column[group[row_of]] + k
+    values = pl.concat([c for g in groups for c in g.columns], rechunk=True).cast(pl.String)
+    keys = pl.Series([key for g in groups for key in g.keys], dtype=pl.String)
+    ts = rows["ts_us"].to_numpy()[row_of]
+    return pl.DataFrame({
+        "sequence_id": seq_names.gather(rows["seq"].to_numpy()[row_of]),
+        "step": rows["step"].to_numpy()[row_of],
+        "ts": pl.Series(ts).set(pl.Series(ts == _NO_TS), None).cast(pl.Datetime("us")),
+        "key": keys.gather(column),
+        "value": values.gather(base[column] + stride[column] * pos[row_of]),
+        "template_id": np.array([g.template_id for g in groups])[group[row_of]],
+    })
 
 
 def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = "hdfs", ingest_date=None,
@@ -232,37 +299,31 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     learner = _Learner(fmt, session, parser)
     reader = storage.LineReader(log_path, learner.rejects)
     n_batches = 0
-    for numbers, texts in reader.batches(batch_lines):
-        learner.add(numbers, texts).write_parquet(Path(spill.name) / f"{n_batches}.parquet")
+    for lines in reader.frames(batch_lines):
+        learner.add(lines).write_ipc(Path(spill.name) / f"{n_batches}.arrow", compression="uncompressed")
         n_batches += 1
     row_line, row_seq, row_ts = (np.concatenate([r[i] for r in learner.rows]) if learner.rows
                                  else np.zeros(0, np.int64) for i in range(3))
     steps = _steps(row_seq, row_ts, row_line)
+    by_line = np.lexsort((row_seq, row_line))  # line order, a line's sequences in code order
+    row_line, row_seq, row_ts, steps = row_line[by_line], row_seq[by_line], row_ts[by_line], steps[by_line]
     rows = pl.DataFrame({"line_no": row_line, "seq": row_seq, "step": steps, "ts_us": row_ts})
     seq_names = pl.Series("sequence_id", list(learner.seq_code), dtype=pl.String)
 
-    # ---- pass 2: slots against the final templates, long-form rows, batched Parquet
+    # ---- pass 2: slots against the final templates, long-form rows, streamed to Parquet
     templates = {c.cluster_id: c.get_template() for c in miner.drain.clusters}
-    key_fields = fmt.key_fields
-    header_keys = [f.lower() for f in key_fields]
-    reserved = {*header_keys, "template"}
     key_names = load_key_names(fmt)
     counts = {"param_failures": 0}
-    with spill, storage.AtomicParquetWriter(obj_path, storage.OBJECTS_SCHEMA) as out:
+
+    def objects():
         for b in range(n_batches):
-            batch = pl.read_parquet(Path(spill.name) / f"{b}.parquet")
-            if not batch.height:
-                continue
-            # rows are in line order: this batch's rows are one slice
-            lo, hi = np.searchsorted(row_line, [batch["line_no"].min(), batch["line_no"].max() + 1])
-            long = _slot_frames(batch, templates, miner, fmt.masks, key_names, reserved, header_keys, counts)
-            joined = (long.join(batch.select("line_no", pl.col("cluster").alias("template_id")), on="line_no")
-                      .join(rows.slice(lo, hi - lo), on="line_no", how="inner")
-                      .sort(["line_no", "seq", "key_index"]))
-            joined = joined.with_columns(
-                sequence_id=pl.Series(seq_names.to_numpy()[joined["seq"].to_numpy()], dtype=pl.String),
-                ts=pl.when(pl.col("ts_us") == _NO_TS).then(None).otherwise(pl.col("ts_us")).cast(pl.Datetime("us")))
-            out.write(joined.select(storage.OBJECTS_SCHEMA.names))
+            batch = pl.read_ipc(Path(spill.name) / f"{b}.arrow")
+            if batch.height:  # rows are in line order: this batch's rows are one slice
+                lo, hi = np.searchsorted(row_line, [batch["line_no"].min(), batch["line_no"].max() + 1])
+                yield _objects(_groups(batch, templates, miner, fmt, key_names, counts), rows.slice(lo, hi - lo), seq_names)
+
+    with spill:
+        n_rows = storage.write_batches_atomic(objects(), obj_path, storage.OBJECTS_SCHEMA)
     written = rows.height
 
     # ---- rejects, labels, then Drain3 state (after the data it describes)
@@ -284,7 +345,7 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
         "blank": reader.blank,
         "no_sequence_id": learner.no_id,
         "objects": written,
-        "rows": out.rows,
+        "rows": n_rows,
         "sequences": len(seq_names),
         "templates": len(miner.drain.clusters),
         "new_templates": len(miner.drain.clusters) - clusters_before,

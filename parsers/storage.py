@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import polars as pl
@@ -129,36 +130,48 @@ def drain_state_path(root: str | os.PathLike, source: str) -> Path:
 # --------------------------------------------------------------------------- writing
 
 
-class AtomicParquetWriter:
-    """Write a Parquet file batch by batch (row groups); the file appears at ``path`` only when the
-    ``with`` block ends without an error (temp file in the same folder, then ``os.replace``), so
-    memory stays flat with input size and a crash never leaves a half-written part."""
+_POLARS_TYPES = {pa.string(): pl.String, pa.int64(): pl.Int64, pa.timestamp("us"): pl.Datetime("us")}
 
-    def __init__(self, path: str | os.PathLike, schema: pa.Schema):
-        self.path, self.schema, self.rows = Path(path), schema, 0
 
-    def __enter__(self) -> AtomicParquetWriter:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        os.close(fd)
-        self._writer = pq.ParquetWriter(self._tmp, self.schema)
-        return self
+def polars_schema(schema: pa.Schema) -> pl.Schema:
+    """The polars twin of one of the layout's Arrow schemas (``pl.from_arrow`` would import
+    pandas just to check types: a fifth of a second)."""
+    return pl.Schema({f.name: _POLARS_TYPES[f.type] for f in schema})
 
-    def write(self, columns: dict[str, list] | pa.Table | pl.DataFrame) -> None:
-        if isinstance(columns, pl.DataFrame):
-            columns = columns.to_arrow()
-        table = columns.select(self.schema.names).cast(self.schema) if isinstance(columns, pa.Table) \
-            else pa.table(columns, schema=self.schema)
-        if table.num_rows:
-            self._writer.write_table(table)
-            self.rows += table.num_rows
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._writer.close()
-        if exc_type is None:
-            os.replace(self._tmp, self.path)
-        else:
-            os.unlink(self._tmp)
+def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLike, schema: pa.Schema) -> int:
+    """Stream frames into one Parquet file (row groups as they come); return the row count.
+
+    Polars' streaming sink does the encoding and compression on its own threads while the
+    caller's generator computes the next batch, so memory stays flat with input size. Atomic:
+    the rows go to a hidden temp file beside ``path``, moved over it only when every batch was
+    written; an error raised by the generator propagates unchanged and leaves no file behind.
+    Types are cast to ``schema`` (strings are stored as Arrow ``large_string``, which every
+    reader here maps back to the schema's ``string``).
+    """
+    from polars.io.plugins import register_io_source
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pl_schema = polars_schema(schema)
+    rows = 0
+
+    def source(with_columns, predicate, n_rows, batch_size):
+        nonlocal rows
+        for frame in batches:
+            if frame.height:
+                rows += frame.height
+                yield frame.select(pl_schema.names()).cast(pl_schema)
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        register_io_source(io_source=source, schema=pl_schema).sink_parquet(tmp, compression="snappy")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return rows
 
 
 def write_parquet_atomic(
@@ -258,62 +271,115 @@ class LineReader:
     """Decoded, non-blank lines of an input file (``.gz`` too), with 1-based line numbers.
 
     Bad input becomes rejects (line number, reason, raw text), never an error and never a
-    silent loss: undecodable bytes, lines over ``max_line_bytes`` (64 KiB; read in bounded
-    chunks, so one huge line cannot exhaust memory), an empty gzip file, a truncated or corrupt
-    gzip stream. ``read`` and ``blank`` count what was seen.
+    silent loss: undecodable bytes, lines over ``max_line_bytes`` (64 KiB), an empty gzip file,
+    a truncated or corrupt gzip stream (the lines before the damage are kept). ``read`` and
+    ``blank`` count what was seen.
+
+    The file is read in blocks of about ``block_bytes`` that end at a line end; a block is
+    decoded and split in one call each and checked column-wise (polars), so reading is not a
+    Python loop per line. A block with undecodable bytes is checked line by line instead. A line
+    longer than the block is skipped while it is read, so memory stays bounded by the block.
     """
 
     def __init__(self, path: str | os.PathLike, rejects: list[tuple[int, str, str]],
-                 max_line_bytes: int = MAX_LINE_BYTES):
+                 max_line_bytes: int = MAX_LINE_BYTES, block_bytes: int = 16 << 20):
         self.path, self.rejects, self.max_line_bytes = Path(path), rejects, max_line_bytes
+        self.block_bytes = max(block_bytes, max_line_bytes + 1)
+        self.piece_bytes = min(1 << 20, self.block_bytes)  # one read call
         self.read = self.blank = 0
 
-    def batches(self, size: int):
-        """The same lines as iteration gives, as (line numbers, texts) lists of up to ``size``
-        lines: one tight loop, for the batched ingest."""
-        numbers: list[int] = []
-        texts: list[str] = []
-        limit, rejects = self.max_line_bytes, self.rejects
-        with open_input(self.path) as fh:
-            readline = fh.readline
-            try:
-                while True:
-                    raw = readline(limit + 1)
-                    if not raw:
-                        break
-                    self.read += 1
-                    if len(raw) > limit and not raw.endswith(b"\n"):
-                        head = raw
-                        while raw and not raw.endswith(b"\n"):
-                            raw = readline(1 << 20)
-                        rejects.append((self.read, f"line longer than {limit} bytes",
-                                        head[:RAW_LIMIT].decode("utf-8", "replace")))
-                        continue
-                    raw = raw.rstrip(b"\r\n")
-                    try:
-                        text = raw.decode("utf-8")
-                    except UnicodeDecodeError as exc:
-                        rejects.append((self.read, f"undecodable: {exc.reason} at byte {exc.start}",
-                                        raw.decode("utf-8", "replace")))
-                        continue
-                    if not text.strip():
-                        self.blank += 1
-                        continue
-                    numbers.append(self.read)
-                    texts.append(text)
-                    if len(texts) >= size:
-                        yield numbers, texts
-                        numbers, texts = [], []
-            except (EOFError, gzip.BadGzipFile, OSError) as exc:
-                rejects.append((self.read + 1, f"truncated or corrupt gzip: {exc}", ""))
-        if texts:
-            yield numbers, texts
+    def frames(self, size: int) -> Iterator[pl.DataFrame]:
+        """Good lines as frames ``line_no, text`` of ``size`` lines (the last: fewer)."""
+        pending = pl.DataFrame(schema={"line_no": pl.Int64, "text": pl.String})
+        for block in self._blocks():
+            pending = pl.concat([pending, self._lines(block)])
+            while pending.height >= size:
+                yield pending.head(size)
+                pending = pending.slice(size)
+        if pending.height:
+            yield pending
         if self.read == 0 and self.path.suffix == ".gz":
-            rejects.append((0, "empty gzip file", ""))
+            self.rejects.append((0, "empty gzip file", ""))
 
-    def __iter__(self):
-        for numbers, texts in self.batches(1):
-            yield numbers[0], texts[0]
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        for frame in self.frames(1 << 16):
+            yield from zip(frame["line_no"].to_list(), frame["text"].to_list())
+
+    def _blocks(self) -> Iterator[bytes]:
+        """The raw file in pieces that end at a line end (the last piece: maybe not)."""
+        buf, n = [], 0
+        with open_input(self.path) as fh:
+            try:
+                while piece := fh.read1(self.piece_bytes):
+                    buf.append(piece)
+                    n += len(piece)
+                    if n < self.block_bytes:
+                        continue
+                    data = b"".join(buf)
+                    cut = data.rfind(b"\n") + 1
+                    if cut:
+                        yield data[:cut]
+                        buf, n = [data[cut:]], len(data) - cut
+                    else:  # one line fills the whole block: reject it, skip to its end
+                        buf = [self._skip_line(fh, data)]
+                        n = len(buf[0])
+            except (EOFError, gzip.BadGzipFile, OSError) as exc:
+                data = b"".join(buf)
+                cut = data.rfind(b"\n") + 1
+                if cut:
+                    yield data[:cut]
+                buf = []  # the cut-off last line is the reject's raw text
+                self.rejects.append((self.read + 1, f"truncated or corrupt gzip: {exc}",
+                                     data[cut:][:RAW_LIMIT].decode("utf-8", "replace")))
+        if buf and (data := b"".join(buf)):
+            yield data
+
+    def _skip_line(self, fh, head: bytes) -> bytes:
+        """Read past the end of an over-long line; return what follows it."""
+        self.read += 1
+        self.rejects.append((self.read, f"line longer than {self.max_line_bytes} bytes",
+                             head[:RAW_LIMIT].decode("utf-8", "replace")))
+        while piece := fh.read1(self.piece_bytes):
+            end = piece.find(b"\n")
+            if end >= 0:
+                return piece[end + 1:]
+        return b""
+
+    def _lines(self, block: bytes) -> pl.DataFrame:
+        """One block -> its good lines; counts and rejects the rest."""
+        first = self.read + 1
+        body = block[:-1] if block.endswith(b"\n") else block
+        try:  # decoded and split in one call each: no Python object per line
+            lines = pl.LazyFrame({"text": [body.decode("utf-8")]}).select(pl.col("text").str.split("\n").explode())
+            lines = lines.with_columns(raw_bytes=pl.col("text").str.len_bytes())
+        except UnicodeDecodeError:
+            raw = body.split(b"\n")
+            lines = pl.LazyFrame({"text": pl.Series([self._decode(first + i, line) for i, line in enumerate(raw)],
+                                                    dtype=pl.String),
+                                  "raw_bytes": pl.Series([len(line) for line in raw], dtype=pl.UInt32)})
+        text = pl.col("text").str.strip_chars_end("\r")
+        frame = lines.select(line_no=pl.int_range(pl.len(), dtype=pl.Int64) + first, text=text,
+                             too_long=pl.col("raw_bytes") > self.max_line_bytes,
+                             blank=text.str.strip_chars().str.len_bytes() == 0).collect()
+        self.read += frame.height
+        if frame["too_long"].any():
+            too_long = frame.filter("too_long")
+            for n, line in zip(too_long["line_no"].to_list(), too_long["text"].str.slice(0, RAW_LIMIT).to_list()):
+                self.rejects.append((n, f"line longer than {self.max_line_bytes} bytes", line))
+        self.blank += int((frame["blank"] & ~frame["too_long"]).sum())
+        return frame.filter(~pl.col("too_long"), ~pl.col("blank"), pl.col("text").is_not_null()).select("line_no", "text")
+
+    def _decode(self, line_no: int, line: bytes) -> str | None:
+        """A line of a block with bad bytes: its text, or None and an ``undecodable`` reject.
+        (An over-long line is only rejected for its length.)"""
+        try:
+            return line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if len(line) > self.max_line_bytes:
+                return line[:RAW_LIMIT].decode("utf-8", "replace")
+            self.rejects.append((line_no, f"undecodable: {exc.reason} at byte {exc.start}",
+                                 line.rstrip(b"\r").decode("utf-8", "replace")))
+            return None
 
 
 def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:

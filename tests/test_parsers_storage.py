@@ -89,3 +89,64 @@ def test_line_reader_rejects_empty_and_truncated_gzip(tmp_path):
     rejects = []
     lines = list(LineReader(cut, rejects))
     assert 0 < len(lines) < 5000 and rejects[0][1].startswith("truncated or corrupt gzip")
+
+
+def _reference_lines(data: bytes, limit: int):
+    """The reader's rules, one line at a time: what the block reader must agree with."""
+    good, rejects, blank = [], [], 0
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    for n, raw in enumerate(lines, 1):
+        if len(raw) > limit:
+            rejects.append((n, f"line longer than {limit} bytes"))
+            continue
+        try:
+            text = raw.rstrip(b"\r").decode("utf-8")
+        except UnicodeDecodeError:
+            rejects.append((n, "undecodable"))
+            continue
+        if not text.strip():
+            blank += 1
+        else:
+            good.append((n, text))
+    return good, rejects, blank, len(lines)
+
+
+@pytest.mark.parametrize("block_bytes", [1, 300, 1 << 20])
+def test_block_reader_agrees_with_the_line_rules(tmp_path, block_bytes):
+    """CRLF, blank and whitespace-only lines, bad bytes, over-long lines (also longer than a
+    block), no newline at the end: every line is counted once, in order, at any block size."""
+    from parsers.storage import LineReader
+
+    limit = 100
+    parts = [b"first", b"crlf line\r", b"", b"   \t", b"bad \xff\xfe bytes", b"x" * 150,
+             "caf\u00e9 \u2603".encode(), b"y" * 5000, b"z" * 100, b"last, no newline"]
+    data = b"\n".join(parts * 3)
+    path = tmp_path / "in.log"
+    path.write_bytes(data)
+    rejects: list = []
+    reader = LineReader(path, rejects, max_line_bytes=limit, block_bytes=block_bytes)
+    got = [(n, t) for frame in reader.frames(4) for n, t in frame.rows()]
+    good, expected_rejects, blank, read = _reference_lines(data, limit)
+    assert got == good
+    assert [(n, r.split(":")[0]) for n, r, _ in sorted(rejects)] == expected_rejects
+    assert (reader.read, reader.blank) == (read, blank)
+    assert all(len(text) <= 1024 for _, _, text in rejects)
+    assert list(LineReader(path, [], max_line_bytes=limit)) == good  # iteration gives the same lines
+
+
+def test_truncated_gzip_keeps_whole_lines_and_rejects_the_cut_one(tmp_path):
+    import gzip
+
+    from parsers.storage import LineReader
+
+    whole = gzip.compress(b"".join(b"line %06d\n" % i for i in range(200_000)))
+    cut = tmp_path / "cut.log.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    rejects: list = []
+    reader = LineReader(cut, rejects)
+    lines = list(reader)
+    assert lines == [(i + 1, f"line {i:06d}") for i in range(len(lines))]  # no gap, no partial line
+    assert len(rejects) == 1 and rejects[0][0] == len(lines) + 1 == reader.read + 1
+    assert rejects[0][1].startswith("truncated or corrupt gzip")
