@@ -12,7 +12,8 @@ Choices (the long-form ``objects`` table is in ``docs/data-layout.md``):
 * Timestamps: an ISO-8601 string (``Z`` or an offset allowed; no offset means UTC) or a
   number of epoch seconds (values above 1e11 are taken as epoch milliseconds). Stored as
   UTC without a time zone. ``template_id`` is null for events.
-* Within a session, ``step`` orders events by timestamp, then by line number (arrival).
+* Within a session, ``step`` orders events by timestamp, then by line number (arrival);
+  the rows themselves are written in input order.
 * Rejected with a reason: undecodable bytes, invalid JSON, a JSON value that is not an
   object, missing / empty session id, missing timestamp, unparseable timestamp. Blank lines
   are counted (``blank``) and skipped.
@@ -26,12 +27,14 @@ import logging
 import time
 from pathlib import Path
 
-import pyarrow as pa
+import polars as pl
 
 from parsers import storage
+from parsers.spill import SequenceRows, Spill
 
 logger = logging.getLogger(__name__)
 
+_EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_MS_ABOVE = 1e11  # 1e11 seconds is the year 5138: larger numbers must be milliseconds
 
 
@@ -91,23 +94,12 @@ def _session_id(value) -> str | None:
     return text or None
 
 
-def ingest_events(
-    path, root, source: str = "sessions", session_field: str = "session_id", ts_field: str = "ts", ingest_date=None,
-    max_reject_share: float | None = None,
-) -> dict:
-    """Parse a JSON Lines file into ``objects`` (and ``rejects``) Parquet under ``root``.
-
-    Returns a report: ``read, parsed, rejected, reject_share, blank, objects, rows, sequences,
-    objects_path, rejects_path, seconds``. Outputs are written in any case; a reject share above
-    ``max_reject_share`` then raises ``parsers.storage.RejectShareExceeded``.
-    """
-    start = time.perf_counter()
-    path = Path(path)
+def _parse_events(lines: pl.DataFrame, session_field: str, ts_field: str, rejects: list) -> pl.DataFrame:
+    """A batch of lines -> its events ``line_no, sequence_id, ts_us, keys, values``; the rest
+    becomes rejects with their reason."""
     skip_keys = {session_field, ts_field}
-    events: list[tuple[str, dt.datetime, int, list[tuple[str, str]]]] = []
-    rejects: list[tuple[int, str, str]] = []
-    reader = storage.LineReader(path, rejects)
-    for line_no, text in reader:
+    out: dict[str, list] = {"line_no": [], "sequence_id": [], "ts_us": [], "keys": [], "values": []}
+    for line_no, text in lines.iter_rows():
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -130,34 +122,62 @@ def ingest_events(
             rejects.append((line_no, f"bad timestamp: {str(ts_value)[:64]!r}", text))
             continue
         kv = [(k, v) for k, v in flatten(obj) if k not in skip_keys]
-        events.append((sid, ts, line_no, kv))
+        out["line_no"].append(line_no)
+        out["sequence_id"].append(sid)
+        out["ts_us"].append((ts - _EPOCH) // dt.timedelta(microseconds=1))
+        out["keys"].append([k for k, _ in kv])
+        out["values"].append([v for _, v in kv])
+    return pl.DataFrame(out, schema={"line_no": pl.Int64, "sequence_id": pl.String, "ts_us": pl.Int64,
+                                     "keys": pl.List(pl.String), "values": pl.List(pl.String)})
 
-    # Sort by session, then time, then arrival; step counts within a session.
-    events.sort(key=lambda e: (e[0], e[1], e[2]))
-    cols = {"sequence_id": [], "step": [], "ts": [], "key": [], "value": [], "template_id": []}
-    prev_sid, step = None, -1
-    for sid, ts, _, kv in events:
-        step = step + 1 if sid == prev_sid else 0
-        prev_sid = sid
-        for key, value in kv:
-            cols["sequence_id"].append(sid)
-            cols["step"].append(step)
-            cols["ts"].append(ts)
-            cols["key"].append(key)
-            cols["value"].append(value)
-            cols["template_id"].append(None)
 
+def ingest_events(
+    path, root, source: str = "sessions", session_field: str = "session_id", ts_field: str = "ts", ingest_date=None,
+    max_reject_share: float | None = None, batch_lines: int = 100_000,
+) -> dict:
+    """Parse a JSON Lines file into ``objects`` (and ``rejects``) Parquet under ``root``.
+
+    Streams like the log ingest (parsers.spill): pass 1 parses batches of lines, keeps a few
+    numbers per event and spills the keys and values to disk; pass 2 writes the objects table
+    batch by batch. Rows are in input order; ``step`` orders a session's events.
+
+    Returns a report: ``read, parsed, rejected, reject_share, blank, objects, rows, sequences,
+    objects_path, rejects_path, seconds``. Outputs are written in any case; a reject share above
+    ``max_reject_share`` then raises ``parsers.storage.RejectShareExceeded``.
+    """
+    start = time.perf_counter()
+    path = Path(path)
+    rejects: list[tuple[int, str, str]] = []
+    reader = storage.LineReader(path, rejects)
     obj_path = storage.objects_path(root, source, ingest_date, path)
-    storage.write_parquet_atomic(pa.table(cols, schema=storage.OBJECTS_SCHEMA), obj_path)
+    sequences = SequenceRows()
+    with Spill(obj_path) as spill:
+        for lines in reader.frames(batch_lines):
+            events = _parse_events(lines, session_field, ts_field, rejects)
+            sequences.add(events["line_no"], events["sequence_id"], events["ts_us"])
+            spill.write(events.select("line_no", "keys", "values"))
+        sequences.finish()
+
+        def objects():
+            for batch in spill:
+                if batch.height:
+                    n_keys = batch["keys"].list.len().to_numpy()
+                    yield pl.DataFrame({**sequences.columns(sequences.of_lines(batch["line_no"]), n_keys),
+                                        "key": batch["keys"].explode(empty_as_null=False),
+                                        "value": batch["values"].explode(empty_as_null=False),
+                                        "template_id": pl.repeat(None, int(n_keys.sum()), dtype=pl.Int64, eager=True)})
+
+        n_rows = storage.write_batches_atomic(objects(), obj_path, storage.OBJECTS_SCHEMA)
+    rejects.sort(key=lambda r: r[0])
     rej_path = storage.write_rejects(root, source, ingest_date, path, rejects)
     report = {
         "read": reader.read,
-        "parsed": len(events),
+        "parsed": sequences.frame.height,
         "rejected": len(rejects),
         "blank": reader.blank,
-        "objects": len(events),
-        "rows": len(cols["key"]),
-        "sequences": len({e[0] for e in events}),
+        "objects": sequences.frame.height,
+        "rows": n_rows,
+        "sequences": len(sequences.names),
         "objects_path": str(obj_path),
         "rejects_path": str(rej_path) if rej_path else None,
         "seconds": round(time.perf_counter() - start, 3),

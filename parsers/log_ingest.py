@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,22 +41,11 @@ from parsers import columns, storage
 from parsers.logs import LineParser, load_key_names, slot_names
 from parsers.presets import LogFormat, resolve
 from parsers.sessions import SessionSpec
+from parsers.spill import SequenceRows, Spill
 
 logger = logging.getLogger(__name__)
 
 _EPOCH = dt.datetime(1970, 1, 1)  # timestamps are naive UTC
-_NO_TS = np.iinfo(np.int64).max  # lines without a timestamp sort last in their sequence
-
-
-def _steps(row_seq: np.ndarray, row_ts: np.ndarray, row_line: np.ndarray) -> np.ndarray:
-    """Position of every (line, sequence) row inside its sequence, by time then line number."""
-    order = np.lexsort((row_line, row_ts, row_seq))
-    sorted_seq = row_seq[order]
-    starts = np.r_[0, np.flatnonzero(np.diff(sorted_seq)) + 1] if len(order) else np.zeros(0, np.int64)
-    group_start = np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    steps = np.empty(len(order), dtype=np.int64)
-    steps[order] = np.arange(len(order)) - group_start
-    return steps
 
 
 def _timestamps(frame: pl.DataFrame, fmt: LogFormat, parser: LineParser) -> pl.Series:
@@ -90,8 +78,7 @@ class _Learner:
 
     def __init__(self, fmt: LogFormat, session: SessionSpec, parser: LineParser):
         self.fmt, self.session, self.parser = fmt, session, parser
-        self.rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (line, seq code, ts)
-        self.seq_code: dict[str, int] = {}
+        self.rows = SequenceRows()
         self.anomalous: set[int] = set()
         self.rejects: list[tuple[int, str, str]] = []
         self.parsed = self.no_id = 0
@@ -162,15 +149,11 @@ class _Learner:
             yield n, "no timestamp: cannot place the line in a time window", text
 
     def _rows(self, good: pl.DataFrame, ids: pl.Series) -> None:
-        exploded = good.select("line_no", "ts").with_columns(sid=ids).explode("sid")
-        batch_ids = exploded["sid"].unique(maintain_order=True)
-        codes = [self.seq_code.setdefault(sid, len(self.seq_code)) for sid in batch_ids.to_list()]
-        codes = exploded["sid"].replace_strict(batch_ids, codes, return_dtype=pl.Int64).to_numpy()
-        self.rows.append((exploded["line_no"].to_numpy(), codes,
-                          exploded["ts"].fill_null(_NO_TS).to_numpy()))
+        exploded = good.select("line_no", "ts", *[self.fmt.label_field] if self.fmt.label_field else []) \
+            .with_columns(sid=ids).explode("sid")
+        codes = self.rows.add(exploded["line_no"], exploded["sid"], exploded["ts"])
         if self.fmt.label_field:
-            labelled = good.with_columns(sid=ids).explode("sid").filter(pl.col(self.fmt.label_field) != "-")
-            self.anomalous.update(self.seq_code[s] for s in labelled["sid"].to_list())
+            self.anomalous.update(codes[(exploded[self.fmt.label_field] != "-").to_numpy()].tolist())
 
 
 @dataclass
@@ -229,7 +212,7 @@ def _groups(batch: pl.DataFrame, templates: dict, miner, fmt: LogFormat, key_nam
     return groups
 
 
-def _objects(groups: list[_Group], rows: pl.DataFrame, seq_names: pl.Series) -> pl.DataFrame:
+def _objects(groups: list[_Group], rows: pl.DataFrame, sequences: SequenceRows) -> pl.DataFrame:
     """Long-form object rows for ``rows`` (one per (line, sequence), sorted by line, then
     sequence): each row repeated once per key of its line, in key order.
 
@@ -257,11 +240,8 @@ def _objects(groups: list[_Group], rows: pl.DataFrame, seq_names: pl.Series) -> 
     column = first_column[group[row_of]] + k
     values = pl.concat([c for g in groups for c in g.columns], rechunk=True).cast(pl.String)
     keys = pl.Series([key for g in groups for key in g.keys], dtype=pl.String)
-    ts = rows["ts_us"].to_numpy()[row_of]
     return pl.DataFrame({
-        "sequence_id": seq_names.gather(rows["seq"].to_numpy()[row_of]),
-        "step": rows["step"].to_numpy()[row_of],
-        "ts": pl.Series(ts).set(pl.Series(ts == _NO_TS), None).cast(pl.Datetime("us")),
+        **sequences.columns(rows, per_row),
         "key": keys.gather(column),
         "value": values.gather(base[column] + stride[column] * pos[row_of]),
         "template_id": np.array([g.template_id for g in groups])[group[row_of]],
@@ -292,23 +272,14 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     miner = parser.miner
     clusters_before = len(miner.drain.clusters)
 
-    # ---- pass 1: learn templates, place lines in sequences
+    # ---- pass 1: learn templates, place lines in sequences, spill the lines to disk
     obj_path = storage.objects_path(root, source, ingest_date, log_path)
-    obj_path.parent.mkdir(parents=True, exist_ok=True)
-    spill = tempfile.TemporaryDirectory(prefix=".ingest-", dir=obj_path.parent)  # pass-1 lines, on disk
+    spill = Spill(obj_path)
     learner = _Learner(fmt, session, parser)
     reader = storage.LineReader(log_path, learner.rejects)
-    n_batches = 0
     for lines in reader.frames(batch_lines):
-        learner.add(lines).write_ipc(Path(spill.name) / f"{n_batches}.arrow", compression="uncompressed")
-        n_batches += 1
-    row_line, row_seq, row_ts = (np.concatenate([r[i] for r in learner.rows]) if learner.rows
-                                 else np.zeros(0, np.int64) for i in range(3))
-    steps = _steps(row_seq, row_ts, row_line)
-    by_line = np.lexsort((row_seq, row_line))  # line order, a line's sequences in code order
-    row_line, row_seq, row_ts, steps = row_line[by_line], row_seq[by_line], row_ts[by_line], steps[by_line]
-    rows = pl.DataFrame({"line_no": row_line, "seq": row_seq, "step": steps, "ts_us": row_ts})
-    seq_names = pl.Series("sequence_id", list(learner.seq_code), dtype=pl.String)
+        spill.write(learner.add(lines))
+    learner.rows.finish()
 
     # ---- pass 2: slots against the final templates, long-form rows, streamed to Parquet
     templates = {c.cluster_id: c.get_template() for c in miner.drain.clusters}
@@ -316,22 +287,20 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     counts = {"param_failures": 0}
 
     def objects():
-        for b in range(n_batches):
-            batch = pl.read_ipc(Path(spill.name) / f"{b}.arrow")
-            if batch.height:  # rows are in line order: this batch's rows are one slice
-                lo, hi = np.searchsorted(row_line, [batch["line_no"].min(), batch["line_no"].max() + 1])
-                yield _objects(_groups(batch, templates, miner, fmt, key_names, counts), rows.slice(lo, hi - lo), seq_names)
+        for batch in spill:
+            if batch.height:
+                groups = _groups(batch, templates, miner, fmt, key_names, counts)
+                yield _objects(groups, learner.rows.of_lines(batch["line_no"]), learner.rows)
 
     with spill:
         n_rows = storage.write_batches_atomic(objects(), obj_path, storage.OBJECTS_SCHEMA)
-    written = rows.height
 
     # ---- rejects, labels, then Drain3 state (after the data it describes)
     learner.rejects.sort(key=lambda r: r[0])
     rej_path = storage.write_rejects(root, source, ingest_date, log_path, learner.rejects)
     labels_path = None
     if fmt.label_field:
-        names = seq_names.to_list()
+        names = learner.rows.names.to_list()
         labels = ["Anomaly" if code in learner.anomalous else "Normal" for code in range(len(names))]
         labels_path = storage.write_parquet_atomic(
             pa.table({"sequence_id": names, "label": labels}, schema=storage.LABELS_SCHEMA),
@@ -344,9 +313,9 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
         "rejected": len(learner.rejects),
         "blank": reader.blank,
         "no_sequence_id": learner.no_id,
-        "objects": written,
+        "objects": learner.rows.frame.height,
         "rows": n_rows,
-        "sequences": len(seq_names),
+        "sequences": len(learner.rows.names),
         "templates": len(miner.drain.clusters),
         "new_templates": len(miner.drain.clusters) - clusters_before,
         "param_failures": counts["param_failures"],

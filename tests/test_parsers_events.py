@@ -148,3 +148,21 @@ def test_synthetic_sessions_end_to_end_and_reingest(tmp_path):
     keys = set(df["key"])
     assert {"event_type", "user.plan", "payload.page", "payload.error_code", "payload.http_status"} <= keys
     assert not keys & {"session_id", "ts"}
+
+
+def test_small_batches_give_the_same_objects(tmp_path):
+    """Streaming: batch size changes nothing, an event with no keys left still takes its step,
+    and the spill folder is gone afterwards."""
+    generate_session_events(tmp_path / "events.jsonl", tmp_path / "labels.csv", n_sessions=30, seed=5)
+    path = tmp_path / "events.jsonl"
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"session_id": "s-empty", "ts": 10}) + "\n")
+        fh.write(json.dumps({"session_id": "s-empty", "ts": 20, "a": 1}) + "\n")
+    small = ingest_events(path, tmp_path / "a", ingest_date=DAY, batch_lines=7)
+    whole = ingest_events(path, tmp_path / "b", ingest_date=DAY)
+    assert {k: v for k, v in small.items() if "path" not in k and k != "seconds"} == \
+        {k: v for k, v in whole.items() if "path" not in k and k != "seconds"}
+    a, b = storage.read_objects(tmp_path / "a", "sessions"), storage.read_objects(tmp_path / "b", "sessions")
+    assert a.equals(b) and a.height == small["rows"]
+    assert a.filter(pl.col("sequence_id") == "s-empty").select("step", "key", "value").rows() == [(1, "a", "1")]
+    assert not list(Path(small["objects_path"]).parent.glob(".ingest-*"))
