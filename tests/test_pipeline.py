@@ -62,7 +62,7 @@ def test_mlflow_store_holds_runs_params_metrics_and_artifacts(demo):
         assert run.info.status == "FINISHED"
         assert run.data.params["task"] == task and run.data.params["mode"] == "interleaved"
         assert run.data.params["model.n_shared_heads"] == "2"
-        assert "tvm/mlm_loss" in run.data.metrics and "ka/task_loss" in run.data.metrics
+        assert "train/mlm_loss" in run.data.metrics and "train/task_loss" in run.data.metrics
         headline = "f1" if task == "anomaly" else "macro_f1"
         assert run.data.metrics[f"test/{headline}"] == pytest.approx(summary["metrics"][task][headline])
         artifacts = {a.path for a in client.list_artifacts(run_id, "plots")}

@@ -2,6 +2,7 @@
 
 import numpy as np
 import polars as pl
+import pytest
 import torch
 
 from seqenc.config import TVMKAConfig
@@ -51,28 +52,30 @@ def test_interleaved_training_learns_and_logs(tmp_path):
     result = trainer.fit()
     assert result["test"]["f1"] >= 0.9, result["test"]
     assert cfg.ka_steps_per_round == 10  # 2:1 TVM:KA by default
-    assert len(trainer.history["tvm/mlm_loss"]) == 20 + 3 * 20
-    assert len(trainer.history["ka/task_loss"]) == 3 * 10
+    assert len(trainer.history["train/mlm_loss"]) == 20 + 3 * 20
+    assert len(trainer.history["train/task_loss"]) == 3 * 10
     assert trainer.step == 20 + 3 * 20 + 3 * 10
     rounds = [m["round"] for _, m in logged if "round" in m]
     assert rounds == [1, 2, 3]
-    assert sorted(p.name for p in tmp_path.glob("kr_cache_round*.safetensors")) == [
-        f"kr_cache_round{r}.safetensors" for r in (1, 2, 3, 4)]
-    mlm = [v for _, v in trainer.history["tvm/mlm_loss"]]
+    assert sorted(p.name for p in tmp_path.glob("kr_cache_v*.safetensors")) == [
+        f"kr_cache_v{r}.safetensors" for r in (1, 2, 3, 4)]
+    mlm = [v for _, v in trainer.history["train/mlm_loss"]]
     assert np.mean(mlm[-10:]) < np.mean(mlm[:10])  # the TVM's masked-LM loss goes down
 
 
 def test_ka_phase_moves_shared_heads_and_nothing_else_of_the_tvm(tmp_path):
     model, tok, data, y, splits, cfg = build()
     trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
-    kr = trainer.refresh_cache(0)
+    trainer.refresh_cache(0)
+    kr = trainer.kr
     before = {n: p.detach().clone() for n, p in model.tvm.named_parameters()}
-    trainer.ka_phase(kr, 3)
+    trainer.ka_steps(3, 1)
     for name, p in model.tvm.named_parameters():
         changed = not torch.equal(before[name], p)
         assert changed == (".attn.shared." in name), name
     # the refreshed KRs now differ: the KA's steps changed how the TVM encodes S(k)
-    assert not torch.allclose(trainer.refresh_cache(1), kr)
+    trainer.refresh_cache(1)
+    assert not torch.allclose(trainer.kr, kr)
 
 
 def test_mask_tokens_follows_bert_recipe():
@@ -99,3 +102,56 @@ def test_splits_and_class_weights():
     assert [int(y[s1[k]].sum()) for k in ("train", "dev", "test")] == [12, 4, 4]  # stratified
     w = class_weights(y, 2)
     assert w[1] / w[0] == 4.0
+
+
+def test_no_interleave_trains_the_tvm_once_then_only_the_ka(tmp_path):
+    model, tok, data, y, splits, cfg = build(mode="no_interleave", rounds=2, tvm_steps_per_round=10,
+                                             pretrain_steps=10)
+    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
+    trainer.fit()
+    mlm_steps = [s for s, _ in trainer.history["train/mlm_loss"]]
+    task_steps = [s for s, _ in trainer.history["train/task_loss"]]
+    assert len(mlm_steps) == 10 + 2 * 10 and len(task_steps) == 2 * 5
+    assert max(mlm_steps) < min(task_steps)  # every TVM step comes first
+    assert sorted(p.name for p in tmp_path.glob("kr_cache_v*")) == ["kr_cache_v1.safetensors",
+                                                                     "kr_cache_v3.safetensors"]
+
+
+class Killed(Exception):
+    pass
+
+
+def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
+    """Interrupt mid-round (after the last checkpoint, so work is redone), resume in a fresh
+    trainer with a freshly initialised model: the same history, final weights and metrics as an
+    uninterrupted run."""
+    overrides = {"rounds": 2, "tvm_steps_per_round": 8, "pretrain_steps": 6, "checkpoint_every": 5,
+                 "eval_every": 2, "log_every": 1}
+    model, tok, data, y, splits, cfg = build(**overrides)
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}  # its initial weights
+    straight = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path / "a", progress=False)
+    expected = straight.fit()
+
+    def kill_at(step):
+        def log(metrics, s):
+            if s == step:
+                raise Killed
+        return log
+
+    torch.manual_seed(1)
+    first = InterleavedTrainer(TVMKA(model.config), tok, data, y, splits, cfg, tmp_path / "b",
+                               log_metrics=kill_at(17), progress=False)
+    first.model.load_state_dict(fresh)
+    with pytest.raises(Killed):
+        first.fit()
+    # step 17 is in round 1's KA phase (6 pretrain + 8 TVM + 4 KA = 18); steps 16-17 are lost
+    assert first.checkpoints.latest().name == "step-000000015"
+    torch.manual_seed(2)
+    again = TVMKA(model.config)
+    resumed = InterleavedTrainer(again, tok, data, y, splits, cfg, tmp_path / "b", progress=False)
+    assert resumed.resume() and (resumed.step, resumed.phase) == (15, 3)
+    result = resumed.fit()
+    assert resumed.history == straight.history
+    for name, p in model.state_dict().items():
+        assert torch.equal(p, again.state_dict()[name]), name
+    assert result["dev"] == expected["dev"] and result["test"] == expected["test"]

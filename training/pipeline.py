@@ -179,13 +179,22 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
 
 
 # --- 4. train ---------------------------------------------------------------------------------
+def job_dir(workdir: str | Path, task_name: str) -> Path:
+    """Where a training job keeps its checkpoints and KR caches (``--resume`` reads it)."""
+    return Path(workdir) / "models" / task_name / "job"
+
+
 def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, progress: bool = True,
-                pretrained: str | None = None, pretrained_layers: int | None = None) -> dict:
-    """Algorithm 1 on one task, logged to MLflow; saves the model bundle and evaluation plots.
+                pretrained: str | None = None, pretrained_layers: int | None = None, mode: str = "interleaved",
+                train_overrides: dict | None = None, resume: bool = False) -> dict:
+    """Algorithm 1 (or its ``no_interleave`` ablation) on one task, logged to MLflow; saves the
+    model bundle and evaluation plots.
 
     ``pretrained`` ("minilm" or a BERT directory) initialises TVM and KA from that checkpoint;
     stage_sequences must have been run with the same value (its vocabulary). ``pretrained_layers``
-    keeps only the checkpoint's first layers (default: all)."""
+    keeps only the checkpoint's first layers (default: all). ``train_overrides`` replaces
+    TrainConfig fields. ``resume`` continues the job from its latest checkpoint, in the same
+    MLflow run (an error if there is none)."""
     spec, sz = TASKS[task_name], _size(size)
     seq_dir = Path(workdir) / "sequences" / task_name
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
@@ -199,27 +208,31 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     torch.manual_seed(seed)
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task,
             "n_classes": len(spec.class_names), "class_names": list(spec.class_names)}
+    train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
+             **(train_overrides or {})}
     if pretrained:
         depth = {"n_layers": pretrained_layers} if pretrained_layers else {}
         model = tvmka_from_bert(pretrained, into_ka=True, max_positions=sz["model"]["max_positions"], **depth, **task)
-        train_cfg = TrainConfig(**{**sz["train"], **PRETRAINED_TRAIN, "seed": seed})
     else:
         model = TVMKA(TVMKAConfig(**{**sz["model"], **task}))
-        train_cfg = TrainConfig(**{**sz["train"], "seed": seed})
+    train_cfg = TrainConfig(**train)
     config = model.config
-    out = _fresh_dir(Path(workdir) / "models" / task_name)
-    plots = _fresh_dir(Path(workdir) / "plots" / task_name)
+    job = job_dir(workdir, task_name)
+    if not resume:
+        _fresh_dir(job)
+    out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
+    trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, log_metrics=tracking.log_metrics,
+                                 progress=progress, on_phase_end=tracking.log_phase_run)
+    if resume and not trainer.resume():
+        raise FileNotFoundError(f"nothing to resume: no checkpoint under {job / 'checkpoints'}")
     stats = json.loads((seq_dir / "stats.json").read_text())
-    params = {"task": task_name, "mode": "interleaved", "size": size, "pretrained": pretrained or "none",
-              "model": config.to_dict(),
-              "train": asdict(train_cfg), "data": stats}
-    with tracking.run(workdir, run_name=f"{task_name}-interleaved", params=params,
-                      tags={"task": task_name, "mode": "interleaved"}) as run:
-        trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, out / "cache",
-                                     log_metrics=tracking.log_metrics, progress=progress)
+    params = {"task": task_name, "mode": mode, "size": size, "pretrained": pretrained or "none",
+              "model": config.to_dict(), "train": asdict(train_cfg), "data": stats}
+    with tracking.run(workdir, run_name=f"{task_name}-{mode}", params=params, tags={"task": task_name, "mode": mode},
+                      run_id=trainer.run_ids.get("job")) as run:
+        trainer.run_ids["job"] = run.info.run_id
         result = trainer.fit()
-        shutil.rmtree(out / "cache")
-        metadata = {"task_name": task_name, "threshold": result["threshold"],
+        metadata = {"task_name": task_name, "threshold": result["threshold"], "mode": mode,
                     "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key,
                     "mlflow_run_id": run.info.run_id}
         bundle = save_bundle(model, tok, metadata, out / "bundle")
@@ -234,9 +247,11 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         metrics = {"dev": result["dev"], "test": result["test"], "threshold": result["threshold"],
                    "seconds": result["seconds"]}
         (plots / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        (plots / "train_config.json").write_text(json.dumps({"model": config.to_dict(), "train": asdict(train_cfg)},
+                                                            indent=2))
         mlflow.log_artifacts(str(plots), "plots")
         mlflow.log_artifacts(str(bundle), "model")
-    return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics,
+    return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
             "tracking_uri": tracking.tracking_uri(workdir)}
 
 

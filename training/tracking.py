@@ -52,15 +52,30 @@ def git_commit() -> str:
 
 @contextmanager
 def run(out_dir: str | Path, run_name: str, params: dict, tags: dict | None = None,
-        experiment: str = EXPERIMENT):
-    """Start an MLflow run with params and tags; yields the active run."""
+        experiment: str = EXPERIMENT, run_id: str | None = None):
+    """Start an MLflow run with params and tags; yields the active run.
+
+    ``run_id`` continues an existing run (a resumed job): params and tags are not logged again,
+    and :func:`log_metrics` skips every (metric, step) the run already holds, so the steps a
+    killed process logged after its last checkpoint are not duplicated when they are redone."""
     out_dir = Path(out_dir)
     mlflow.set_tracking_uri(tracking_uri(out_dir))
+    _logged.clear()
+    if run_id is not None:
+        client = mlflow.MlflowClient()
+        for key in client.get_run(run_id).data.metrics:
+            _logged[key] = max(m.step for m in client.get_metric_history(run_id, key))
+        with mlflow.start_run(run_id=run_id) as active:
+            yield active
+        return
     experiment_id = _experiment_id(out_dir, experiment)
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as active:
         mlflow.set_tags({"git_commit": git_commit(), **(tags or {})})
         mlflow.log_params({k: str(v)[:500] for k, v in flatten(params).items()})
         yield active
+
+
+_logged: dict[str, int] = {}  # metric -> last step the resumed run already holds
 
 
 def flatten(d: dict, prefix: str = "") -> dict:
@@ -75,6 +90,25 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 def log_metrics(metrics: dict, step: int) -> None:
-    numeric = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+    numeric = {k: float(v) for k, v in metrics.items()
+               if isinstance(v, (int, float)) and step > _logged.get(k, -1)}
     if numeric:
         mlflow.log_metrics(numeric, step=step)
+
+
+def log_phase_run(index: int, kind: str, round_no: int, summary: dict) -> None:
+    """A nested child run for one finished training phase (its kind, round, steps, seconds and
+    last losses / dev metrics). Idempotent: a resumed job that redoes a phase does not add a
+    second child run for it (tag ``phase_index``)."""
+    parent = mlflow.active_run()
+    client = mlflow.MlflowClient()
+    existing = client.search_runs(
+        [parent.info.experiment_id],
+        f"tags.mlflow.parentRunId = '{parent.info.run_id}' and tags.phase_index = '{index}'")
+    if existing:
+        return
+    name = f"{index:02d}-{kind}" + (f"-round{round_no}" if round_no else "")
+    with mlflow.start_run(run_name=name, nested=True):
+        mlflow.set_tags({"phase_index": str(index), "phase": kind, "round": str(round_no)})
+        mlflow.log_params({"phase": kind, "round": round_no, "steps": summary.get("steps", 0)})
+        mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})

@@ -1,4 +1,4 @@
-"""Interleaved TVM-KA training (TVM-KA paper, Algorithm 1 and section 3.3).
+"""Interleaved TVM-KA training (TVM-KA paper, Algorithm 1 and section 3.3), resumable.
 
     1. TVM masked-LM pre-training (DropHead on the shared heads).
     2. For each of ``rounds`` rounds:
@@ -6,8 +6,18 @@
          b. refresh the cache of KR(k) with the TVM in eval mode (written to disk; the KA reads
             plain tensors and never holds the TVM graph),
          c. KA task steps on the cached KRs; the KA's shared heads are the TVM's, so these
-            steps move the very weights the TVM uses next round.
+            steps move the very weights the TVM uses next round,
+         d. dev evaluation.
     3. A last refresh with the final TVM; dev picks the binary threshold; dev and test scored.
+
+``mode="no_interleave"`` is the ablation: the TVM trains once (all its MLM steps), one refresh,
+then only KA steps (the same number, evaluated at the same points).
+
+The run is a list of phases (:func:`phase_plan`); the trainer's position is (phase, step in
+phase, global step). A checkpoint (training.checkpoint) is written at every phase boundary and
+every ``checkpoint_every`` global steps; ``resume()`` restores weights, optimizers, schedulers,
+every RNG, the MLM batch order and the position, so a resumed run continues exactly where the
+saved one stood (same batches, same masks, same dropout).
 
 Choices where the paper is vague:
 * TVM:KA steps per round default to 2:1 (``tvm_ka_ratio``). The paper states "2:1 proportion"
@@ -16,6 +26,8 @@ Choices where the paper is vague:
 * Each network has its own AdamW optimizer (and schedule); the shared parameters are in both,
   so each optimizer keeps its own moments for them.
 * The model evaluated and saved is the final one (what gets deployed is what is measured).
+* Metric names are the same in every mode: ``train/mlm_loss``, ``train/task_loss``,
+  ``dev/<metric>``, ``test/<metric>``; the x axis is the global update count.
 """
 
 from __future__ import annotations
@@ -36,14 +48,18 @@ from seqenc.inference import gather_keys, ka_probabilities, key_representations
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
+from training.checkpoint import Checkpointer, restore_rng, rng_state
 from training.data import MLMBatches, class_weights
 from training.metrics import best_threshold, headline, predict, task_metrics
 
 log = logging.getLogger(__name__)
 
+MODES = ("interleaved", "no_interleave")
+
 
 @dataclass
 class TrainConfig:
+    mode: str = "interleaved"
     pretrain_steps: int = 300
     rounds: int = 3
     tvm_steps_per_round: int = 100
@@ -53,14 +69,36 @@ class TrainConfig:
     weight_decay: float = 0.01
     warmup_steps: int = 50
     grad_clip: float = 1.0
+    grad_accum: int = 1  # micro-batches per update
     batch_tokens: int = 8192  # TVM batch size, in padded tokens
     ka_batch_size: int = 32
     seed: int = 0
     log_every: int = 20
+    eval_every: int = 0  # KA steps between dev evaluations inside a round (0: once per round)
+    checkpoint_every: int = 0  # global steps between checkpoints (0: phase boundaries only)
+
+    def __post_init__(self):
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
 
     @property
     def ka_steps_per_round(self) -> int:
         return max(1, round(self.tvm_steps_per_round / self.tvm_ka_ratio))
+
+
+def phase_plan(cfg: TrainConfig) -> list[tuple[str, int, int]]:
+    """``(kind, round, steps)`` for kinds ``tvm``, ``refresh``, ``ka``, ``eval``, ``final``."""
+    rounds = range(1, cfg.rounds + 1)
+    if cfg.mode == "interleaved":
+        plan = [("tvm", 0, cfg.pretrain_steps)]
+        for r in rounds:
+            plan += [("tvm", r, cfg.tvm_steps_per_round), ("refresh", r, 0), ("ka", r, cfg.ka_steps_per_round),
+                     ("eval", r, 0)]
+    else:  # no_interleave: every TVM step first, one refresh, then KA only
+        plan = [("tvm", 0, cfg.pretrain_steps + cfg.rounds * cfg.tvm_steps_per_round), ("refresh", 1, 0)]
+        for r in rounds:
+            plan += [("ka", r, cfg.ka_steps_per_round), ("eval", r, 0)]
+    return plan + [("final", cfg.rounds + 1, 0)]
 
 
 def _optimizer(params, lr: float, weight_decay: float, warmup: int, total: int):
@@ -75,25 +113,34 @@ def _optimizer(params, lr: float, weight_decay: float, warmup: int, total: int):
 
 
 class InterleavedTrainer:
-    """Runs Algorithm 1 on one task. ``log_metrics(dict, step)`` receives every logged value."""
+    """Runs Algorithm 1 on one task. ``log_metrics(dict, step)`` receives every logged value;
+    ``workdir`` holds the KR caches and ``checkpoints/``."""
 
     def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
                  splits: dict[str, np.ndarray], cfg: TrainConfig, workdir: str | Path,
-                 log_metrics=None, progress: bool = True):
+                 log_metrics=None, progress: bool = True, run_ids: dict | None = None, on_phase_end=None):
         self.model, self.tok, self.data, self.y, self.splits, self.cfg = model, tok, data, y, splits, cfg
         self.workdir = Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_metrics = log_metrics or (lambda metrics, step: None)
         self.progress = progress
+        self.run_ids = run_ids or {}  # stored in checkpoints (MLflow run ids)
+        # on_phase_end(index, kind, round, summary): e.g. an MLflow child run per phase
+        self.on_phase_end = on_phase_end or (lambda *args: None)
+        self._phase_t0 = time.time()
         self.task = model.config.task
+        self.plan = phase_plan(cfg)
         self.step = 0  # global update counter across both networks (the MLflow step axis)
+        self.phase, self.phase_step, self.kr_version = 0, 0, None
+        self.kr: torch.Tensor | None = None
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self.checkpoints = Checkpointer(self.workdir / "checkpoints")
         torch.manual_seed(cfg.seed)
 
         train = data.subset(splits["train"])
         self.mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed)
-        n_tvm = cfg.pretrain_steps + cfg.rounds * cfg.tvm_steps_per_round
-        n_ka = cfg.rounds * cfg.ka_steps_per_round
+        n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
+        n_ka = sum(n for kind, _, n in self.plan if kind == "ka")
         self.tvm_opt, self.tvm_sched = _optimizer(model.tvm.parameters(), cfg.lr_tvm, cfg.weight_decay,
                                                   cfg.warmup_steps, n_tvm)
         self.ka_opt, self.ka_sched = _optimizer(model.ka.parameters(), cfg.lr_ka, cfg.weight_decay,
@@ -102,38 +149,44 @@ class InterleavedTrainer:
         self.rng = np.random.default_rng(cfg.seed)
 
     # --- phases --------------------------------------------------------------------------------
-    def tvm_phase(self, steps: int, name: str) -> None:
-        self.model.train()
-        for _ in tqdm(range(steps), desc=name, disable=not self.progress, leave=False):
-            ids, mask, labels = next(self.mlm)
-            loss = self.model.tvm.mlm_loss(ids, mask, labels)
-            self._update(loss, self.tvm_opt, self.tvm_sched, self.model.tvm.parameters())
-            self._record({"tvm/mlm_loss": loss.item()})
+    def tvm_steps(self, steps: int, name: str) -> None:
+        for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
+            self.model.train()
+            losses = []
+            for _ in range(self.cfg.grad_accum):
+                ids, mask, labels = next(self.mlm)
+                loss = self.model.tvm.mlm_loss(ids, mask, labels) / self.cfg.grad_accum
+                loss.backward()
+                losses.append(loss.item())
+            self._update(self.tvm_opt, self.tvm_sched, self.model.tvm.parameters(), {"train/mlm_loss": sum(losses)})
 
-    def refresh_cache(self, round_no: int) -> torch.Tensor:
+    def refresh_cache(self, version: int) -> None:
         """KR(k) of every key of every sequence, with the TVM in eval mode, via disk."""
         kr = key_representations(self.model.tvm, self.data, self.tok.pad_id, progress=self.progress)
-        path = self.workdir / f"kr_cache_round{round_no}.safetensors"
-        save_file({"kr": kr.contiguous()}, str(path))
-        kr = load_file(str(path))["kr"]
+        save_file({"kr": kr.contiguous()}, str(self._cache_path(version)))
+        self.kr_version = version
+        self.kr = self._load_cache()
         train_rows = np.isin(self.data.key_seq, self.splits["train"])
-        self.model.ka.fit_kr_standardisation(kr[torch.as_tensor(train_rows)])
-        return kr
+        self.model.ka.fit_kr_standardisation(self.kr[torch.as_tensor(train_rows)])
 
-    def ka_phase(self, kr: torch.Tensor, steps: int) -> None:
-        self.model.train()
+    def ka_steps(self, steps: int, round_no: int) -> None:
         offsets, train_idx = self.data.key_rows_of(), self.splits["train"]
-        for _ in tqdm(range(steps), desc="KA task steps", disable=not self.progress, leave=False):
-            batch = self.rng.choice(train_idx, size=min(self.cfg.ka_batch_size, len(train_idx)), replace=False)
-            reprs, mask = gather_keys(kr, offsets, batch)
-            logits = self.model.ka(reprs, mask)
-            loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
-            self._update(loss, self.ka_opt, self.ka_sched, self.model.ka.parameters())
-            self._record({"ka/task_loss": loss.item()})
+        for _ in tqdm(range(self.phase_step, steps), desc="KA task steps", disable=not self.progress, leave=False):
+            self.model.train()
+            losses = []
+            for _ in range(self.cfg.grad_accum):
+                batch = self.rng.choice(train_idx, size=min(self.cfg.ka_batch_size, len(train_idx)), replace=False)
+                reprs, mask = gather_keys(self.kr, offsets, batch)
+                logits = self.model.ka(reprs, mask)
+                loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
+                (loss / self.cfg.grad_accum).backward()
+                losses.append(loss.item() / self.cfg.grad_accum)
+            self._update(self.ka_opt, self.ka_sched, self.model.ka.parameters(), {"train/task_loss": sum(losses)},
+                         after=lambda: self._maybe_eval(steps, round_no))
 
-    def evaluate(self, kr: torch.Tensor, threshold: float | None = None) -> dict:
-        """Dev (and test) metrics given KRs; the binary threshold is fitted on dev if not given."""
-        probs = ka_probabilities(self.model.ka, kr, self.data)
+    def evaluate(self, threshold: float | None = None) -> dict:
+        """Dev (and test) metrics with the cached KRs; the binary threshold is fitted on dev if not given."""
+        probs = ka_probabilities(self.model.ka, self.kr, self.data)
         dev = self.splits["dev"]
         if self.task == "binary" and threshold is None:
             threshold = best_threshold(self.y[dev], probs[dev, 1])
@@ -146,35 +199,114 @@ class InterleavedTrainer:
 
     # --- Algorithm 1 ---------------------------------------------------------------------------
     def fit(self) -> dict:
+        """Run (or, after ``resume``, continue) the plan; returns the final evaluation."""
         cfg, t0 = self.cfg, time.time()
-        log.info("TVM pre-training: %d steps (%d batches per epoch)", cfg.pretrain_steps, self.mlm.batches_per_epoch)
-        self.tvm_phase(cfg.pretrain_steps, "TVM pre-training")
-        for r in range(1, cfg.rounds + 1):
-            self.tvm_phase(cfg.tvm_steps_per_round, f"round {r}/{cfg.rounds} TVM MLM")
-            kr = self.refresh_cache(r)
-            self.ka_phase(kr, cfg.ka_steps_per_round)
-            dev = self.evaluate(kr)["dev"]
-            self.log_metrics({f"dev/{k}": v for k, v in dev.items()} | {"round": r}, self.step)
-            log.info("round %d/%d: dev %s", r, cfg.rounds, dev)
-        final = self.evaluate(self.refresh_cache(cfg.rounds + 1))
-        self.log_metrics({f"final_dev/{k}": v for k, v in final["dev"].items()}
-                         | {f"test/{k}": v for k, v in final["test"].items()}, self.step)
+        final = None
+        while self.phase < len(self.plan):
+            kind, round_no, steps = self.plan[self.phase]
+            summary: dict = {}
+            if kind == "tvm":
+                self.tvm_steps(steps, "TVM pre-training" if round_no == 0 else f"round {round_no}/{cfg.rounds} TVM MLM")
+            elif kind == "refresh":
+                self.refresh_cache(round_no)
+            elif kind == "ka":
+                if self.kr is None:
+                    self.kr = self._load_cache()
+                self.ka_steps(steps, round_no)
+            elif kind == "eval":
+                summary = {f"dev/{k}": v for k, v in self._log_dev(round_no).items()}
+                log.info("round %d/%d: %s", round_no, cfg.rounds, summary)
+            else:  # final
+                self.refresh_cache(round_no)
+                final = self.evaluate()
+                summary = {f"dev/{k}": v for k, v in final["dev"].items()} | \
+                    {f"test/{k}": v for k, v in final["test"].items()}
+                self.log_metrics(summary, self.step)
+            for key in ("train/mlm_loss", "train/task_loss"):
+                if kind in ("tvm", "ka") and self.history[key] and self.history[key][-1][0] > self.step - steps:
+                    summary[key] = self.history[key][-1][1]
+            self.on_phase_end(self.phase, kind, round_no, summary | {"steps": steps, "end_step": self.step,
+                                                                     "seconds": time.time() - self._phase_t0})
+            self.phase, self.phase_step, self._phase_t0 = self.phase + 1, 0, time.time()
+            if kind != "final":
+                self.save_checkpoint()
         final["seconds"] = time.time() - t0
         final["headline"] = headline(self.task)
         final["train_config"] = asdict(cfg)
         return final
 
+    # --- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        state = {
+            "position": {"phase": self.phase, "phase_step": self.phase_step, "step": self.step,
+                         "kr_version": self.kr_version},
+            "optimizers": {"tvm": self.tvm_opt.state_dict(), "ka": self.ka_opt.state_dict()},
+            "schedulers": {"tvm": self.tvm_sched.state_dict(), "ka": self.ka_sched.state_dict()},
+            "rng": rng_state({"mlm": self.mlm.generator}, {"mlm": self.mlm.rng, "ka": self.rng}),
+            "mlm_order": [int(i) for i in self.mlm._order],
+            "history": {k: [list(p) for p in v] for k, v in self.history.items()},
+            "run_ids": self.run_ids,
+            "train_config": asdict(self.cfg),
+        }
+        return self.checkpoints.save(self.step, {"model": self.model}, state)
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        """Continue from a checkpoint (default: the latest of this workdir); False if none."""
+        path = Path(path) if path else self.checkpoints.latest()
+        if path is None:
+            return False
+        state = Checkpointer.load(path, {"model": self.model})
+        if state["train_config"] != asdict(self.cfg):
+            raise ValueError(f"checkpoint {path} was written with a different train config")
+        pos = state["position"]
+        self.phase, self.phase_step, self.step, self.kr_version = (pos["phase"], pos["phase_step"], pos["step"],
+                                                                   pos["kr_version"])
+        self.tvm_opt.load_state_dict(state["optimizers"]["tvm"])
+        self.ka_opt.load_state_dict(state["optimizers"]["ka"])
+        self.tvm_sched.load_state_dict(state["schedulers"]["tvm"])
+        self.ka_sched.load_state_dict(state["schedulers"]["ka"])
+        restore_rng(state["rng"], {"mlm": self.mlm.generator}, {"mlm": self.mlm.rng, "ka": self.rng})
+        self.mlm._order = list(state["mlm_order"])
+        self.history = defaultdict(list, {k: [tuple(p) for p in v] for k, v in state["history"].items()})
+        self.run_ids = state["run_ids"]
+        self.kr = None  # reloaded from the cache file when a KA phase needs it
+        log.info("resumed from %s at step %d (phase %d, step %d in phase)", path, self.step, self.phase,
+                 self.phase_step)
+        return True
+
     # --- helpers -------------------------------------------------------------------------------
-    def _update(self, loss, opt, sched, params) -> None:
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+    def _cache_path(self, version: int) -> Path:
+        return self.workdir / f"kr_cache_v{version}.safetensors"
+
+    def _load_cache(self) -> torch.Tensor:
+        return load_file(str(self._cache_path(self.kr_version)))["kr"]
+
+    def _maybe_eval(self, steps: int, round_no: int) -> None:
+        """Dev evaluation every ``eval_every`` KA steps inside a round (the round's end has its own)."""
+        every = self.cfg.eval_every
+        if every and self.phase_step % every == 0 and self.phase_step < steps:
+            self._log_dev(round_no)
+
+    def _log_dev(self, round_no: int) -> dict:
+        dev = self.evaluate()["dev"]
+        self.log_metrics({f"dev/{k}": v for k, v in dev.items()} | {"round": round_no}, self.step)
+        return dev
+
+    def _update(self, opt, sched, params, metrics: dict[str, float], after=None) -> None:
+        """One optimizer update from the accumulated gradients; then record its metrics, run
+        ``after`` (e.g. a dev evaluation) and checkpoint if due -- in that order, so a checkpoint
+        always holds everything its step produced."""
         torch.nn.utils.clip_grad_norm_(list(params), self.cfg.grad_clip)
         opt.step()
         sched.step()
+        opt.zero_grad(set_to_none=True)
         self.step += 1
-
-    def _record(self, metrics: dict[str, float]) -> None:
+        self.phase_step += 1
         for k, v in metrics.items():
             self.history[k].append((self.step, v))
         if self.step % self.cfg.log_every == 0:
             self.log_metrics(metrics, self.step)
+        if after is not None:
+            after()
+        if self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
+            self.save_checkpoint()

@@ -1,0 +1,353 @@
+"""Labelled datasets for ``seqenc bench accuracy`` and a classic count-vector baseline.
+
+Four datasets, each as long-form key-value objects (``parsers.storage.OBJECTS_SCHEMA``), one
+label per sequence and a fixed train/dev/test split (:class:`BenchDataset`):
+
+* ``hdfs`` -- real HDFS_1 blocks (DeepLog release under ``<data_dir>/hdfs_deeplog``), split by
+  line index within each file (first 60 % train, next 20 % dev, last 20 % test);
+* ``bgl`` -- the real ``loghub/BGL/BGL_2k.log`` through the real log ingest (node x 1 h windows);
+* ``milestone`` -- the demo's generated user sessions through the real JSON events ingest;
+* ``value_anomaly`` -- generated HDFS-like logs whose anomalies show only in parameter values
+  (parsers.value_anomaly), through the real log ingest.
+
+Choices:
+
+* Generated and ingested files live under ``<workdir>/benchdata/<name>/`` (``raw/`` and the
+  ingest root ``data/``); the ingest root is removed first, so Drain3 starts from an empty
+  state and a second call gives the same template ids. Nothing else is written.
+* The ingest partition date is fixed (``INGEST_DATE``), so the objects do not depend on the day.
+* ``seed`` drives the generators (milestone, value_anomaly) and the stratified splits; the hdfs
+  split does not depend on it.
+* Stratified splits (:func:`stratified_split`) are done per class on the sorted sequence ids with
+  a seeded permutation: round(20 %) test, round(20 %) dev, the rest train, and at least one of a
+  class in dev and in test whenever the class has three or more sequences (BGL has few anomalous
+  windows). ``training.data.split_indices`` gives no such guarantee (and imports torch).
+* Log datasets get an ``event`` key per line, ``E<template_id>`` (``seqenc.sequences.with_event_key``),
+  which is what the count baseline counts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from parsers import storage
+
+DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
+BINARY = ("Normal", "Anomaly")
+INGEST_DATE = "2000-01-01"
+MILESTONE_SESSIONS = 1200
+VALUE_ANOMALY_BLOCKS = 1500
+VALUE_ANOMALY_RATE = 0.1
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass
+class BenchDataset:
+    name: str  # "hdfs" | "bgl" | "milestone" | "value_anomaly"
+    task: str  # "binary" | "multiclass"
+    class_names: tuple[str, ...]
+    objects: pl.DataFrame  # long form, exactly the OBJECTS_SCHEMA columns and types
+    labels: pl.DataFrame  # sequence_id, label: one per sequence of objects
+    split: pl.DataFrame  # sequence_id, split in {"train", "dev", "test"}
+    event_key: str  # key whose values are a sequence's events (count baselines)
+    exclude_keys: tuple[str, ...]  # keys left out of the value sequences S(k)
+    description: str  # source, how objects / labels / split were built
+    info: dict = field(default_factory=dict)  # paths, ingest report, generator report
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Number of sequences per split and class: ``{"train": {"Normal": n, ...}, ...}``."""
+        rows = self.split.join(self.labels, on="sequence_id").group_by("split", "label").len().iter_rows()
+        out = {s: dict.fromkeys(self.class_names, 0) for s in SPLITS}
+        for split, label, n in rows:
+            out[split][label] = n
+        return out
+
+
+def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None = None) -> BenchDataset:
+    """Build one dataset. ``data_dir`` holds the real data (``hdfs_deeplog/``, ``loghub/``);
+    ``workdir`` receives generated and ingested files. ``limit`` caps the size: hdfs lines kept
+    per file (before splitting), bgl log lines read, milestone sessions, value_anomaly blocks."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    loader = {"hdfs": _hdfs, "bgl": _bgl, "milestone": _milestone, "value_anomaly": _value_anomaly}[name]
+    ds = loader(Path(data_dir), Path(workdir), seed, limit)
+    _check(ds)
+    return ds
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"real data not found: {path} (expected under the data_dir, see ../shared/data)")
+    return path
+
+
+def _fresh(workdir: Path, name: str) -> tuple[Path, Path]:
+    """``raw/`` and an empty ingest root ``data/`` under ``<workdir>/benchdata/<name>``."""
+    base = workdir / "benchdata" / name
+    shutil.rmtree(base / "data", ignore_errors=True)
+    (base / "raw").mkdir(parents=True, exist_ok=True)
+    return base / "raw", base / "data"
+
+
+def _as_objects(frame: pl.DataFrame) -> pl.DataFrame:
+    """The OBJECTS_SCHEMA columns and types, rows by sequence then step (key order kept)."""
+    schema = storage.polars_schema(storage.OBJECTS_SCHEMA)
+    return frame.select(schema.names()).cast(schema).sort("sequence_id", "step", maintain_order=True)
+
+
+def _labelled(objects: pl.DataFrame, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Objects of labelled sequences only, and the labels of the sequences that have objects."""
+    labels = labels.select("sequence_id", "label")
+    objects = objects.join(labels, on="sequence_id", how="semi")
+    labels = labels.join(objects.select("sequence_id").unique(), on="sequence_id", how="semi")
+    return objects, labels.sort("sequence_id")
+
+
+def stratified_split(labels: pl.DataFrame, seed: int, dev: float = 0.2, test: float = 0.2) -> pl.DataFrame:
+    """``sequence_id, split``: per class (sorted ids, seeded permutation) round(test * n) test,
+    round(dev * n) dev, the rest train; a class of >= 3 sequences has >= 1 in dev and in test."""
+    rng = np.random.default_rng(seed)
+    ids, splits = [], []
+    by_class = labels.sort("sequence_id").group_by("label", maintain_order=True).agg("sequence_id").sort("label")
+    for members in by_class["sequence_id"].to_list():
+        n = len(members)
+        n_test, n_dev = int(test * n + 0.5), int(dev * n + 0.5)
+        if n >= 3:
+            n_test, n_dev = max(1, n_test), max(1, n_dev)
+        order = rng.permutation(n)
+        ids.extend(members[i] for i in order)
+        splits.extend(["test"] * n_test + ["dev"] * n_dev + ["train"] * (n - n_test - n_dev))
+    return pl.DataFrame({"sequence_id": ids, "split": splits}, schema={"sequence_id": pl.String,
+                                                                          "split": pl.String}).sort("sequence_id")
+
+
+def _check(ds: BenchDataset) -> None:
+    seqs = ds.objects["sequence_id"].unique()
+    for what, frame in (("label", ds.labels), ("split", ds.split)):
+        if frame["sequence_id"].n_unique() != frame.height or frame.height != len(seqs) \
+                or not frame["sequence_id"].is_in(seqs.implode()).all():
+            raise RuntimeError(f"{ds.name}: every sequence must have exactly one {what}")
+    unknown = set(ds.labels["label"].unique()) - set(ds.class_names)
+    if unknown:
+        raise RuntimeError(f"{ds.name}: labels {sorted(unknown)} are not among {ds.class_names}")
+
+
+def _split_text(ds_counts: dict) -> str:
+    return "; ".join(f"{s}: " + ", ".join(f"{n} {c}" for c, n in ds_counts[s].items()) for s in SPLITS)
+
+
+def _finish(ds: BenchDataset) -> BenchDataset:
+    ds.description += f" Sizes: {_split_text(ds.counts())}."
+    return ds
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+def _hdfs(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+    folder = data_dir / "hdfs_deeplog"
+    templates_csv = pl.read_csv(_require(folder / "HDFS_templates.csv"))
+    templates = {int(e[1:]): t for e, t in zip(templates_csv["EventId"], templates_csv["EventTemplate"])}
+    frames, split_frames, labels = [], [], []
+    for prefix, file_name, label in (("normal", "hdfs_train", "Normal"), ("abnormal", "hdfs_test_abnormal", "Anomaly")):
+        lines = _require(folder / file_name).read_text(encoding="utf-8").splitlines()[:limit]
+        n = len(lines)
+        a, b = n * 6 // 10, n * 8 // 10
+        ids = [f"{prefix}-{i + 1}" for i in range(n)]
+        split_frames.append(pl.DataFrame({"sequence_id": ids, "split": ["train"] * a + ["dev"] * (b - a) +
+                                          ["test"] * (n - b)}))
+        labels.append(pl.DataFrame({"sequence_id": ids, "label": [label] * n}))
+        frames.append(pl.DataFrame({"sequence_id": ids, "line": lines}))
+    events = (pl.concat(frames).with_row_index("order")
+              .with_columns(pl.col("line").str.strip_chars().str.split(" ")).explode("line")
+              .filter(pl.col("line").str.len_bytes() > 0)
+              .with_columns(template_id=pl.col("line").cast(pl.Int64), step=pl.int_range(pl.len()).over("order")))
+    unknown = set(events["template_id"].unique().to_list()) - set(templates)
+    if unknown:
+        raise ValueError(f"event ids {sorted(unknown)} are not in {folder / 'HDFS_templates.csv'}")
+    base = events.select("order", "sequence_id", "step", "template_id", ts=pl.lit(None, pl.Datetime("us")))
+    objects = pl.concat([
+        base.with_columns(key=pl.lit("event"), value="E" + pl.col("template_id").cast(pl.String), k=0),
+        base.with_columns(key=pl.lit("template"),
+                          value=pl.col("template_id").replace_strict(templates, return_dtype=pl.String), k=1),
+    ]).sort("order", "step", "k")
+    objects = objects.select(storage.polars_schema(storage.OBJECTS_SCHEMA).names()) \
+        .cast(storage.polars_schema(storage.OBJECTS_SCHEMA))
+    # blocks with no events would have no objects: keep labels and split to the ones that have some
+    objects, label_df = _labelled(objects, pl.concat(labels))
+    split = pl.concat(split_frames).join(label_df, on="sequence_id", how="semi").sort("sequence_id")
+    ds = BenchDataset(
+        "hdfs", "binary", BINARY, objects, label_df, split, "event", ("template",),
+        "Real HDFS_1 blocks as distributed with DeepLog (hdfs_deeplog/hdfs_train: normal blocks, "
+        "hdfs_test_abnormal: anomalous blocks; one block per line, 1-based event ids"
+        + (f"; only the first {limit} lines of each file" if limit else "") + "). Sequence ids are "
+        "normal-<line> / abnormal-<line> (1-based line number). Each event of a block is one object "
+        "(step = its position in the block, ts null, template_id = the event number) with keys event "
+        "(E<n>) and template (the text of En from HDFS_templates.csv); the template text is left out "
+        "of the value sequences because it is a fixed function of the id. Labels: Normal for "
+        "hdfs_train, Anomaly for hdfs_test_abnormal. Split by line index within each file separately: "
+        "with n lines, lines 1..floor(0.6n) train, floor(0.6n)+1..floor(0.8n) dev, the rest test "
+        "(independent of the seed).",
+        {"data_dir": str(folder)})
+    return _finish(ds)
+
+
+def _log_objects(root: Path, source: str) -> pl.DataFrame:
+    from seqenc.sequences import with_event_key
+
+    return with_event_key(storage.read_objects(root, source, INGEST_DATE))
+
+
+def _bgl(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+    from parsers.log_ingest import ingest_logs
+
+    log = _require(data_dir / "loghub" / "BGL" / "BGL_2k.log")
+    raw, root = _fresh(workdir, "bgl")
+    if limit is not None:  # the first lines only, written under raw/ (same file name: same part name)
+        with log.open(encoding="utf-8") as fh:
+            head = [line for _, line in zip(range(limit), fh)]
+        log = raw / log.name
+        log.write_text("".join(head), encoding="utf-8")
+    report = ingest_logs(log, root, source="bgl", preset="bgl", ingest_date=INGEST_DATE)
+    objects, labels = _labelled(_log_objects(root, "bgl"), storage.read_labels(root, "bgl"))
+    ds = BenchDataset(
+        "bgl", "binary", BINARY, _as_objects(objects), labels, stratified_split(labels, seed), "event",
+        ("timestamp", "date", "time", "node", "noderepeat", "template"),
+        "Real BGL lines (loghub/BGL/BGL_2k.log" + (f", first {limit} lines" if limit else "") + ") through the "
+        "real log ingest (preset bgl: Drain3, one sequence per node x fixed 1 h window, id "
+        "<node>@<window start>). Each line is an object with its header keys (timestamp, date, node, time, "
+        "noderepeat, type, component, level), template, named slots, and event = E<Drain3 template id>. "
+        "Label: Anomaly when any line of the window has an alert category in its first field (not '-'), "
+        "else Normal (the ingest's labels table). Left out of the value sequences: the clock fields "
+        "(timestamp, date, time: unique per line), node and noderepeat (constant per window and equal to "
+        "the sequence id's node: a model could memorise failing nodes) and the template text (a function "
+        f"of the event id). Split: stratified by label with seed {seed} (per class, sorted ids, seeded "
+        "permutation: round(20%) test, round(20%) dev, rest train; at least one anomalous window in dev and "
+        "in test when there are three or more).",
+        {"raw": str(log), "ingest": report})
+    return _finish(ds)
+
+
+def _milestone(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+    from parsers.events import ingest_events
+    from parsers.logs import ingest_labels
+    from parsers.synthetic import SESSION_LABELS, generate_session_events
+
+    raw, root = _fresh(workdir, "milestone")
+    n = limit or MILESTONE_SESSIONS
+    gen = generate_session_events(raw / "sessions.jsonl", raw / "sessions_labels.csv", n_sessions=n, seed=seed)
+    report = ingest_events(raw / "sessions.jsonl", root, source="sessions", ingest_date=INGEST_DATE)
+    ingest_labels(raw / "sessions_labels.csv", root, "sessions", id_column="session_id", label_column="label")
+    objects, labels = _labelled(storage.read_objects(root, "sessions", INGEST_DATE),
+                                storage.read_labels(root, "sessions"))
+    ds = BenchDataset(
+        "milestone", "multiclass", tuple(SESSION_LABELS), _as_objects(objects), labels,
+        stratified_split(labels, seed), "event_type", (),
+        f"The demo's generated user sessions (parsers.synthetic.generate_session_events, {n} sessions, "
+        f"seed {seed}): JSON Lines events through the real events ingest, one sequence per session, one "
+        "object per event with dotted keys (event_type, user.*, payload.*; ts in the ts column). Label: "
+        "what the user does after the observed prefix (none / upgrade / help_chat, 5 % flipped), from the "
+        "generator's label file. No key is left out (as in the demo's milestone task). Split: stratified "
+        f"by label with seed {seed} (per class, sorted ids, seeded permutation: round(20%) test, round(20%) "
+        "dev, rest train).",
+        {"raw": str(raw), "generator": gen, "ingest": report})
+    return _finish(ds)
+
+
+def _value_anomaly(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+    from parsers.log_ingest import ingest_logs
+    from parsers.logs import ingest_labels
+    from parsers.value_anomaly import generate_value_anomaly_logs
+
+    raw, root = _fresh(workdir, "value_anomaly")
+    n = limit or VALUE_ANOMALY_BLOCKS
+    log, labels_csv = raw / "value_anomaly.log", raw / "value_anomaly_labels.csv"
+    gen = generate_value_anomaly_logs(log, labels_csv, n_blocks=n, anomaly_rate=VALUE_ANOMALY_RATE, seed=seed)
+    report = ingest_logs(log, root, source="value_anomaly", preset="hdfs", ingest_date=INGEST_DATE)
+    ingest_labels(labels_csv, root, "value_anomaly", id_column="BlockId", label_column="Label")
+    objects, labels = _labelled(_log_objects(root, "value_anomaly"), storage.read_labels(root, "value_anomaly"))
+    kinds = ", ".join(f"{v} {k}" for k, v in gen["anomaly_kinds"].items())
+    ds = BenchDataset(
+        "value_anomaly", "binary", BINARY, _as_objects(objects), labels, stratified_split(labels, seed), "event",
+        ("date", "time", "pid", "template"),
+        f"Generated HDFS-like raw logs (parsers.value_anomaly, {n} blocks, seed {seed}, "
+        f"{gen['anomalies']} anomalous: {kinds}) whose anomalies show only in parameter values: a replica "
+        "size that disagrees with the others, a data node outside the block's pipeline, a data-node port "
+        "normal blocks never use, a size above the 64 MiB block size. Event types, counts and order of "
+        "every block come from one label-independent distribution. Through the real log ingest (preset "
+        "hdfs: Drain3, one sequence per block id); each line is an object with header keys, template, "
+        "named slots (size, datanode, src, dest, src_ip, ...) and event = E<Drain3 template id>. Labels "
+        "from the generator. Left out of the value sequences, as in the demo's anomaly task: date, time, "
+        f"pid (unique per line) and the template text. Split: stratified by label with seed {seed} (per "
+        "class, sorted ids, seeded permutation: round(20%) test, round(20%) dev, rest train).",
+        {"raw": str(log), "generator": {k: v for k, v in gen.items() if k != "kinds"}, "kinds": gen["kinds"],
+         "ingest": report})
+    return _finish(ds)
+
+
+# --------------------------------------------------------------------------- count baseline
+
+
+def count_vectors(ds: BenchDataset) -> tuple[list[str], np.ndarray, list[str]]:
+    """Per sequence (sorted ids), counts of each ``event_key`` value seen in train; -> (ids, X, vocab)."""
+    ids = ds.split.sort("sequence_id")["sequence_id"].to_list()
+    events = ds.objects.filter(pl.col("key") == ds.event_key).select("sequence_id", "value")
+    train_ids = ds.split.filter(pl.col("split") == "train").select("sequence_id")
+    vocab = sorted(events.join(train_ids, on="sequence_id", how="semi")["value"].unique().to_list())
+    counts = events.filter(pl.col("value").is_in(vocab)).group_by("sequence_id", "value").len()
+    row = {s: i for i, s in enumerate(ids)}
+    col = {v: j for j, v in enumerate(vocab)}
+    X = np.zeros((len(ids), len(vocab)), dtype=np.float64)
+    for s, v, n in counts.iter_rows():
+        X[row[s], col[v]] = n
+    return ids, X, vocab
+
+
+def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
+    """Logistic regression on event-count vectors, trained on train, scored on test.
+
+    Binary: the threshold on P(Anomaly) maximising F1 on dev (training.metrics.best_threshold);
+    precision / recall / f1 of the Anomaly class plus macro / micro F1. Multiclass: arg-max
+    prediction; macro / micro F1 (precision, recall, f1 are None). ``seconds``: vectorising,
+    fitting and predicting."""
+    from sklearn.linear_model import LogisticRegression
+
+    from training.metrics import best_threshold, predict, task_metrics
+
+    start = time.perf_counter()
+    ids, X, vocab = count_vectors(ds)
+    label_of = dict(ds.labels.iter_rows())
+    split_of = dict(ds.split.iter_rows())
+    y = np.array([ds.class_names.index(label_of[s]) for s in ids])
+    part = {name: np.array([split_of[s] == name for s in ids]) for name in SPLITS}
+    clf = LogisticRegression(class_weight="balanced", max_iter=5000, random_state=seed)
+    clf.fit(X[part["train"]], y[part["train"]])
+
+    def probs(mask: np.ndarray) -> np.ndarray:  # columns = every class, also one missing from train
+        out = np.zeros((int(mask.sum()), len(ds.class_names)))
+        out[:, clf.classes_] = clf.predict_proba(X[mask])
+        return out
+
+    test_probs = probs(part["test"])
+    result: dict = {"precision": None, "recall": None, "f1": None, "threshold": None}
+    if ds.task == "binary":
+        threshold = best_threshold(y[part["dev"]], probs(part["dev"])[:, 1])
+        pred = predict(test_probs, "binary", threshold)
+        result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold)
+    else:
+        pred = predict(test_probs, "multiclass")
+    result.update(task_metrics(y[part["test"]], pred, "multiclass"))
+    result.update(seconds=round(time.perf_counter() - start, 3), vocab=len(vocab),
+                  n_train=int(part["train"].sum()), n_test=int(part["test"].sum()))
+    return result
