@@ -50,6 +50,7 @@ from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
 from training.checkpoint import Checkpointer, restore_rng, rng_state
 from training.data import MLMBatches, class_weights
+from training.engines import make_engine
 from training.metrics import best_threshold, headline, predict, task_metrics
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class TrainConfig:
     log_every: int = 20
     eval_every: int = 0  # KA steps between dev evaluations inside a round (0: once per round)
     checkpoint_every: int = 0  # global steps between checkpoints (0: phase boundaries only)
+    deepspeed: str | dict | None = None  # a DeepSpeed config (path or dict): train under DeepSpeed
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -99,17 +101,6 @@ def phase_plan(cfg: TrainConfig) -> list[tuple[str, int, int]]:
         for r in rounds:
             plan += [("ka", r, cfg.ka_steps_per_round), ("eval", r, 0)]
     return plan + [("final", cfg.rounds + 1, 0)]
-
-
-def _optimizer(params, lr: float, weight_decay: float, warmup: int, total: int):
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-
-    def schedule(step: int) -> float:  # linear warm-up, then linear decay to 10%
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
 
 
 class InterleavedTrainer:
@@ -141,10 +132,11 @@ class InterleavedTrainer:
         self.mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed)
         n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
         n_ka = sum(n for kind, _, n in self.plan if kind == "ka")
-        self.tvm_opt, self.tvm_sched = _optimizer(model.tvm.parameters(), cfg.lr_tvm, cfg.weight_decay,
-                                                  cfg.warmup_steps, n_tvm)
-        self.ka_opt, self.ka_sched = _optimizer(model.ka.parameters(), cfg.lr_ka, cfg.weight_decay,
-                                                min(cfg.warmup_steps, n_ka // 4), n_ka)
+        self.engines = {
+            "tvm": make_engine(model.tvm, cfg.lr_tvm, cfg.weight_decay, cfg.warmup_steps, n_tvm, cfg.grad_clip,
+                               cfg.deepspeed),
+            "ka": make_engine(model.ka, cfg.lr_ka, cfg.weight_decay, min(cfg.warmup_steps, n_ka // 4), n_ka,
+                              cfg.grad_clip, cfg.deepspeed)}
         self.weights = class_weights(y[splits["train"]], model.config.n_classes)
         self.rng = np.random.default_rng(cfg.seed)
 
@@ -156,9 +148,9 @@ class InterleavedTrainer:
             for _ in range(self.cfg.grad_accum):
                 ids, mask, labels = next(self.mlm)
                 loss = self.model.tvm.mlm_loss(ids, mask, labels) / self.cfg.grad_accum
-                loss.backward()
+                self.engines["tvm"].backward(loss)
                 losses.append(loss.item())
-            self._update(self.tvm_opt, self.tvm_sched, self.model.tvm.parameters(), {"train/mlm_loss": sum(losses)})
+            self._update(self.engines["tvm"], {"train/mlm_loss": sum(losses)})
 
     def refresh_cache(self, version: int) -> None:
         """KR(k) of every key of every sequence, with the TVM in eval mode, via disk."""
@@ -179,9 +171,9 @@ class InterleavedTrainer:
                 reprs, mask = gather_keys(self.kr, offsets, batch)
                 logits = self.model.ka(reprs, mask)
                 loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
-                (loss / self.cfg.grad_accum).backward()
+                self.engines["ka"].backward(loss / self.cfg.grad_accum)
                 losses.append(loss.item() / self.cfg.grad_accum)
-            self._update(self.ka_opt, self.ka_sched, self.model.ka.parameters(), {"train/task_loss": sum(losses)},
+            self._update(self.engines["ka"], {"train/task_loss": sum(losses)},
                          after=lambda: self._maybe_eval(steps, round_no))
 
     def evaluate(self, threshold: float | None = None) -> dict:
@@ -240,8 +232,7 @@ class InterleavedTrainer:
         state = {
             "position": {"phase": self.phase, "phase_step": self.phase_step, "step": self.step,
                          "kr_version": self.kr_version},
-            "optimizers": {"tvm": self.tvm_opt.state_dict(), "ka": self.ka_opt.state_dict()},
-            "schedulers": {"tvm": self.tvm_sched.state_dict(), "ka": self.ka_sched.state_dict()},
+            "engines": {name: engine.state_dict() for name, engine in self.engines.items()},
             "rng": rng_state({"mlm": self.mlm.generator}, {"mlm": self.mlm.rng, "ka": self.rng}),
             "mlm_order": [int(i) for i in self.mlm._order],
             "history": {k: [list(p) for p in v] for k, v in self.history.items()},
@@ -261,10 +252,8 @@ class InterleavedTrainer:
         pos = state["position"]
         self.phase, self.phase_step, self.step, self.kr_version = (pos["phase"], pos["phase_step"], pos["step"],
                                                                    pos["kr_version"])
-        self.tvm_opt.load_state_dict(state["optimizers"]["tvm"])
-        self.ka_opt.load_state_dict(state["optimizers"]["ka"])
-        self.tvm_sched.load_state_dict(state["schedulers"]["tvm"])
-        self.ka_sched.load_state_dict(state["schedulers"]["ka"])
+        for name, engine in self.engines.items():
+            engine.load_state_dict(state["engines"][name])
         restore_rng(state["rng"], {"mlm": self.mlm.generator}, {"mlm": self.mlm.rng, "ka": self.rng})
         self.mlm._order = list(state["mlm_order"])
         self.history = defaultdict(list, {k: [tuple(p) for p in v] for k, v in state["history"].items()})
@@ -292,14 +281,11 @@ class InterleavedTrainer:
         self.log_metrics({f"dev/{k}": v for k, v in dev.items()} | {"round": round_no}, self.step)
         return dev
 
-    def _update(self, opt, sched, params, metrics: dict[str, float], after=None) -> None:
+    def _update(self, engine, metrics: dict[str, float], after=None) -> None:
         """One optimizer update from the accumulated gradients; then record its metrics, run
         ``after`` (e.g. a dev evaluation) and checkpoint if due -- in that order, so a checkpoint
         always holds everything its step produced."""
-        torch.nn.utils.clip_grad_norm_(list(params), self.cfg.grad_clip)
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
+        engine.step()
         self.step += 1
         self.phase_step += 1
         for k, v in metrics.items():

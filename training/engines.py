@@ -1,0 +1,57 @@
+"""How one network's parameters are updated: the optimizer, its schedule, clipping.
+
+The trainer holds one engine per network it trains (the TVM and the KA in Algorithm 1) and
+only calls ``backward(loss)``, ``step()``, ``state_dict()`` / ``load_state_dict()``. So the
+same training loop runs on plain PyTorch (``PlainEngine``, a laptop CPU) and under DeepSpeed
+(``make_engine`` with a DeepSpeed config: GPU clusters; DeepSpeed is imported only then).
+
+Schedule (both engines): linear warm-up over ``warmup`` updates, then linear decay to 10% of
+the peak learning rate at ``total`` updates.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
+
+
+class PlainEngine:
+    """AdamW + warm-up/decay schedule + gradient-norm clipping, in plain PyTorch."""
+
+    def __init__(self, network: torch.nn.Module, lr: float, weight_decay: float, warmup: int, total: int,
+                 grad_clip: float):
+        self.network, self.grad_clip = network, grad_clip
+        self.params = [p for p in network.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=lr, weight_decay=weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: lr_factor(s, warmup, total))
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self) -> None:
+        torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def make_engine(network: torch.nn.Module, lr: float, weight_decay: float, warmup: int, total: int,
+                grad_clip: float, deepspeed: str | dict | None = None):
+    """A PlainEngine, or a DeepSpeed engine when a DeepSpeed config (path or dict) is given."""
+    if deepspeed is None:
+        return PlainEngine(network, lr, weight_decay, warmup, total, grad_clip)
+    from training.deepspeed_engine import DeepSpeedEngine  # optional dependency, confined there
+
+    return DeepSpeedEngine(network, lr, weight_decay, warmup, total, grad_clip, deepspeed)
