@@ -17,6 +17,7 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 
 
 def _print_summary(summary: dict) -> None:
@@ -95,6 +96,25 @@ def cmd_ingest_events(args) -> int:
                                              ingest_date=args.date, max_reject_share=args.max_reject_share))
 
 
+def cmd_train(args) -> int:
+    from training.pipeline import resume_train, run_train
+
+    if args.resume:
+        result = resume_train(args.resume, progress=not args.no_progress)
+    else:
+        if not (args.workdir and args.task):
+            raise SystemExit("seqenc train: --workdir and --task are required (or --resume JOB_DIR)")
+        config = json.loads(Path(args.config).read_text()) if args.config else {}
+        if args.deepspeed:
+            config.setdefault("train", {})["deepspeed"] = str(Path(args.deepspeed).resolve())
+        result = run_train(args.workdir, args.task, size=args.size, seed=args.seed, mode=args.mode, config=config,
+                           pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
+                           progress=not args.no_progress)
+    print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir")}, indent=2))
+    print(f"MLflow UI: mlflow ui --backend-store-uri {result['tracking_uri']}")
+    return 0
+
+
 def cmd_score(args) -> int:
     from parsers.storage import read_objects, write_parquet_atomic
     from training.scoring import score_objects
@@ -139,8 +159,6 @@ def cmd_bench_parse(args) -> int:
 
 
 def cmd_bench_ingest(args) -> int:
-    from pathlib import Path
-
     from parsers.bench import bench_ingest, ingest_table
 
     result = bench_ingest(args.lines, seed=args.seed)
@@ -207,6 +225,25 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--max-reject-share", type=float, default=0.1, metavar="SHARE",
                         help="exit with code 3 when more than this share of lines is rejected (default 0.1)")
     events.set_defaults(func=cmd_ingest_events)
+
+    train = sub.add_parser("train", help="train one task on ingested data (all modes, resumable)",
+                           description="Builds value sequences from WORKDIR/data (see `seqenc ingest`, or "
+                           "`seqenc demo`), trains, evaluates, logs to MLflow and saves a model bundle. A killed "
+                           "job continues with --resume JOB_DIR (printed as job_dir).")
+    train.add_argument("--workdir", help="work directory holding data/ (as written by seqenc demo)")
+    train.add_argument("--task", choices=["anomaly", "milestone"], help="which task of the work directory")
+    train.add_argument("--mode", default="interleaved", choices=["interleaved", "no_interleave"],
+                       help="Algorithm 1, or the TVM-once-then-KA ablation")
+    train.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in model and step sizes")
+    train.add_argument("--config", default=None, metavar="JSON",
+                       help='overrides: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')
+    train.add_argument("--deepspeed", default=None, metavar="DS_JSON", help="train under DeepSpeed with this config")
+    train.add_argument("--resume", default=None, metavar="JOB_DIR", help="continue a job from its last checkpoint")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--pretrained", default=None, metavar="minilm|DIR")
+    train.add_argument("--pretrained-layers", type=int, default=None, metavar="N")
+    train.add_argument("--no-progress", action="store_true")
+    train.set_defaults(func=cmd_train)
 
     score = sub.add_parser("score", help="score sequences with a saved model bundle")
     score.add_argument("--model", required=True, help="model bundle directory")

@@ -186,15 +186,20 @@ def job_dir(workdir: str | Path, task_name: str) -> Path:
 
 def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, progress: bool = True,
                 pretrained: str | None = None, pretrained_layers: int | None = None, mode: str = "interleaved",
-                train_overrides: dict | None = None, resume: bool = False) -> dict:
+                train_overrides: dict | None = None, model_overrides: dict | None = None,
+                resume: bool = False) -> dict:
     """Algorithm 1 (or its ``no_interleave`` ablation) on one task, logged to MLflow; saves the
     model bundle and evaluation plots.
 
     ``pretrained`` ("minilm" or a BERT directory) initialises TVM and KA from that checkpoint;
     stage_sequences must have been run with the same value (its vocabulary). ``pretrained_layers``
-    keeps only the checkpoint's first layers (default: all). ``train_overrides`` replaces
-    TrainConfig fields. ``resume`` continues the job from its latest checkpoint, in the same
-    MLflow run (an error if there is none)."""
+    keeps only the checkpoint's first layers (default: all). ``train_overrides`` /
+    ``model_overrides`` replace TrainConfig / TVMKAConfig fields. The arguments are kept in
+    ``<job>/job.json``; ``resume`` continues the job from its latest checkpoint, in the same MLflow
+    run (an error if there is none; see :func:`resume_train`)."""
+    job_args = {"workdir": str(workdir), "task_name": task_name, "size": size, "seed": seed, "pretrained": pretrained,
+                "pretrained_layers": pretrained_layers, "mode": mode, "train_overrides": train_overrides or {},
+                "model_overrides": model_overrides or {}}
     spec, sz = TASKS[task_name], _size(size)
     seq_dir = Path(workdir) / "sequences" / task_name
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
@@ -214,12 +219,13 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         depth = {"n_layers": pretrained_layers} if pretrained_layers else {}
         model = tvmka_from_bert(pretrained, into_ka=True, max_positions=sz["model"]["max_positions"], **depth, **task)
     else:
-        model = TVMKA(TVMKAConfig(**{**sz["model"], **task}))
+        model = TVMKA(TVMKAConfig(**{**sz["model"], **(model_overrides or {}), **task}))
     train_cfg = TrainConfig(**train)
     config = model.config
     job = job_dir(workdir, task_name)
     if not resume:
         _fresh_dir(job)
+        (job / "job.json").write_text(json.dumps(job_args, indent=2))
     out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
     trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, log_metrics=tracking.log_metrics,
                                  progress=progress, on_phase_end=tracking.log_phase_run)
@@ -253,6 +259,29 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         mlflow.log_artifacts(str(bundle), "model")
     return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
             "tracking_uri": tracking.tracking_uri(workdir)}
+
+
+def resume_train(job: str | Path, progress: bool = True) -> dict:
+    """Continue a killed or stopped training job from its directory (``seqenc train --resume``)."""
+    path = Path(job) / "job.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{job} is not a training job directory (no job.json)")
+    return stage_train(**json.loads(path.read_text()), progress=progress, resume=True)
+
+
+def run_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, mode: str = "interleaved",
+              config: dict | None = None, pretrained: str | None = None, pretrained_layers: int | None = None,
+              progress: bool = True) -> dict:
+    """``seqenc train``: value sequences from the data already ingested under ``workdir/data``,
+    then one training job. ``config``: ``{"model": {...}, "train": {...}}`` overrides."""
+    config = config or {}
+    unknown = set(config) - {"model", "train"}
+    if unknown:
+        raise ValueError(f"unknown config sections {sorted(unknown)}; use 'model' and 'train'")
+    stage_sequences(workdir, task_name, size, seed, pretrained=pretrained)
+    return stage_train(workdir, task_name, size, seed, progress=progress, pretrained=pretrained,
+                       pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
+                       model_overrides=config.get("model"))
 
 
 # --- 5. score ---------------------------------------------------------------------------------

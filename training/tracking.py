@@ -21,11 +21,25 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "seqenc"
 
 
+# The user's choice, read once: ``mlflow.set_tracking_uri`` writes MLFLOW_TRACKING_URI into
+# os.environ itself, so reading it later would send every later job (and every child process)
+# to the first job's SQLite file.
+_USER_URI = os.environ.get("MLFLOW_TRACKING_URI")
+
+
 def tracking_uri(out_dir: str | Path) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
+    if _USER_URI:
+        return _USER_URI
     return f"sqlite:///{(Path(out_dir) / 'mlflow.db').resolve()}"
+
+
+def _use(uri: str) -> None:
+    """Point MLflow at ``uri`` without leaking it into the environment of child processes."""
+    mlflow.set_tracking_uri(uri)
+    if _USER_URI is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = _USER_URI
 
 
 def ui_command(uri: str) -> str:
@@ -59,7 +73,7 @@ def run(out_dir: str | Path, run_name: str, params: dict, tags: dict | None = No
     and :func:`log_metrics` skips every (metric, step) the run already holds, so the steps a
     killed process logged after its last checkpoint are not duplicated when they are redone."""
     out_dir = Path(out_dir)
-    mlflow.set_tracking_uri(tracking_uri(out_dir))
+    _use(tracking_uri(out_dir))
     _logged.clear()
     if run_id is not None:
         client = mlflow.MlflowClient()

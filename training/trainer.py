@@ -27,7 +27,9 @@ Choices where the paper is vague:
   so each optimizer keeps its own moments for them.
 * The model evaluated and saved is the final one (what gets deployed is what is measured).
 * Metric names are the same in every mode: ``train/mlm_loss``, ``train/task_loss``,
-  ``dev/<metric>``, ``test/<metric>``; the x axis is the global update count.
+  ``dev/<metric>`` (during training), ``final_dev/<metric>`` and ``test/<metric>`` (the final
+  model, threshold fitted on dev); the x axis is the global update count, and every
+  (metric, step) is logged once.
 """
 
 from __future__ import annotations
@@ -211,7 +213,7 @@ class InterleavedTrainer:
             else:  # final
                 self.refresh_cache(round_no)
                 final = self.evaluate()
-                summary = {f"dev/{k}": v for k, v in final["dev"].items()} | \
+                summary = {f"final_dev/{k}": v for k, v in final["dev"].items()} | \
                     {f"test/{k}": v for k, v in final["test"].items()}
                 self.log_metrics(summary, self.step)
             for key in ("train/mlm_loss", "train/task_loss"):
