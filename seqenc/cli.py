@@ -232,8 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "job continues with --resume JOB_DIR (printed as job_dir).")
     train.add_argument("--workdir", help="work directory holding data/ (as written by seqenc demo)")
     train.add_argument("--task", choices=["anomaly", "milestone"], help="which task of the work directory")
-    train.add_argument("--mode", default="interleaved", choices=["interleaved", "no_interleave"],
-                       help="Algorithm 1, or the TVM-once-then-KA ablation")
+    train.add_argument("--mode", default="interleaved",
+                       choices=["interleaved", "no_interleave", "joint", "flattened", "record_view"],
+                       help="Algorithm 1 (default), the TVM-once-then-KA ablation, TVM-KA end to end, or a "
+                       "baseline: one BERT over flattened objects / a record-view (Transformers4Rec-style) model")
     train.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in model and step sizes")
     train.add_argument("--config", default=None, metavar="JSON",
                        help='overrides: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')

@@ -27,16 +27,27 @@ import torch
 from parsers import events as event_ingest
 from parsers import logs as log_ingest
 from parsers import storage, synthetic
+from seqenc.baselines import (
+    FlattenedEncoder,
+    JointTVMKA,
+    ObjectSequences,
+    RecordViewEncoder,
+    flattened_batch,
+    joint_inputs,
+    plain_config,
+    record_batch,
+)
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.pretrained import tvmka_from_bert
+from seqenc.pretrained import load_bert_encoder, tvmka_from_bert
 from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import tracking
 from training.data import label_array, split_indices
+from training.end_to_end import EndToEndTrainer
 from training.metrics import plot_confusion, plot_losses, plot_pr_curve, predict, task_metrics
 from training.scoring import load_bundle, save_bundle, score_objects
-from training.trainer import InterleavedTrainer, TrainConfig
+from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 
 log = logging.getLogger(__name__)
 
@@ -215,20 +226,26 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
             "n_classes": len(spec.class_names), "class_names": list(spec.class_names)}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
+    if pretrained and mode in ("joint", "record_view"):
+        raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave or flattened")
     if pretrained:
         depth = {"n_layers": pretrained_layers} if pretrained_layers else {}
         model = tvmka_from_bert(pretrained, into_ka=True, max_positions=sz["model"]["max_positions"], **depth, **task)
     else:
         model = TVMKA(TVMKAConfig(**{**sz["model"], **(model_overrides or {}), **task}))
     train_cfg = TrainConfig(**train)
-    config = model.config
     job = job_dir(workdir, task_name)
     if not resume:
         _fresh_dir(job)
         (job / "job.json").write_text(json.dumps(job_args, indent=2))
     out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
-    trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, log_metrics=tracking.log_metrics,
-                                 progress=progress, on_phase_end=tracking.log_phase_run)
+    hooks = {"log_metrics": tracking.log_metrics, "progress": progress, "on_phase_end": tracking.log_phase_run}
+    if mode in END_TO_END:
+        model, inputs = _comparison_model(mode, model.config, data, tok, workdir, spec, pretrained)
+        trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.task, len(spec.class_names), **hooks)
+    else:
+        trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, **hooks)
+    config = model.config
     if resume and not trainer.resume():
         raise FileNotFoundError(f"nothing to resume: no checkpoint under {job / 'checkpoints'}")
     stats = json.loads((seq_dir / "stats.json").read_text())
@@ -259,6 +276,32 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         mlflow.log_artifacts(str(bundle), "model")
     return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
             "tracking_uri": tracking.tracking_uri(workdir)}
+
+
+def _comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, tok: ValueTokenizer, workdir,
+                      spec: TaskSpec, pretrained: str | None):
+    """The end-to-end model of ``mode`` (same width and depth as the TVM, every head private)
+    and its ``inputs(index)`` function over the sequences of ``data``, in the same order."""
+    plain = plain_config(config)
+    if mode == "joint":
+        return JointTVMKA(plain), lambda idx: joint_inputs(data, idx, tok.pad_id)
+    objects = storage.read_objects(Path(workdir) / "data", spec.source)
+    objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
+    by_id = ObjectSequences.from_objects(with_event_key(objects) if spec.event_key else objects, tok,
+                                         spec.exclude_keys)
+    position = {s: i for i, s in enumerate(by_id.sequence_ids)}
+    seqs = ObjectSequences(list(data.sequence_ids), [by_id.objects[position[s]] for s in data.sequence_ids])
+    if mode == "flattened":
+        model = FlattenedEncoder(plain)
+        if pretrained:
+            load_bert_encoder(model.embeddings, model.encoder, model.config, pretrained)
+        return model, lambda idx: flattened_batch(seqs, idx, tok, plain.max_positions)
+    model = RecordViewEncoder(plain, "pool")
+    return model, lambda idx: record_batch(seqs, idx, tok, plain.max_positions, RECORD_OBJECT_TOKENS)
+
+
+# record_view: tokens kept per object (an HDFS line is ~20 tokens of keys and values)
+RECORD_OBJECT_TOKENS = 64
 
 
 def resume_train(job: str | Path, progress: bool = True) -> dict:

@@ -1,0 +1,82 @@
+"""End-to-end training of the comparison models: ``joint``, ``flattened``, ``record_view``.
+
+One network, one engine, task loss only; ``rounds`` chunks of task steps, each followed by a
+dev evaluation, then the final evaluation -- the same phases, checkpoints, resume and metric
+names as the interleaved trainer (training.phased), so runs compare side by side.
+
+* ``joint``: TVM-KA trained end to end (seqenc.baselines.JointTVMKA; windows -> TVM -> KR with
+  gradients -> KA), two BERT stacks without shared heads, as the paper's joint model.
+* ``flattened``: a BERT over all objects of a sequence flattened into one input
+  (seqenc.baselines.FlattenedEncoder; most recent whole objects within ``max_positions``),
+  random init or a pre-trained BERT checkpoint.
+* ``record_view``: Transformers4Rec-style object vectors and a BERT over the object sequence
+  (seqenc.baselines.RecordViewEncoder).
+
+Choices: the baselines get no masked-LM pre-training of their own (the paper fine-tunes them
+on the task); by default they make as many updates as the interleaved run makes in all
+(``TrainConfig.task_steps``), with their own learning rate ``lr_task``; class weights as in the
+KA's task loss.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from training.data import class_weights
+from training.engines import make_engine
+from training.phased import PhasedTrainer
+from training.trainer import END_TO_END, TrainConfig, phase_plan
+
+
+class EndToEndTrainer(PhasedTrainer):
+    """``inputs(index) -> tuple`` gives ``model(*inputs)`` for the sequences ``index`` -> logits."""
+
+    def __init__(self, model: torch.nn.Module, inputs, y: np.ndarray, splits: dict[str, np.ndarray],
+                 cfg: TrainConfig, workdir, task: str, n_classes: int, **kwargs):
+        if cfg.mode not in END_TO_END:
+            raise ValueError(f"EndToEndTrainer runs {END_TO_END}, not {cfg.mode!r}")
+        super().__init__(model, y, splits, cfg, workdir, task, phase_plan(cfg), **kwargs)
+        self.inputs = inputs
+        total = sum(n for kind, _, n in self.plan if kind == "task")
+        self.engines = {"model": make_engine(model, cfg.lr_task, cfg.weight_decay, cfg.warmup_steps, total,
+                                             cfg.grad_clip, cfg.deepspeed)}
+        self.weights = class_weights(y[splits["train"]], n_classes)
+        self.rng = np.random.default_rng(cfg.seed)
+
+    def run_phase(self, kind: str, round_no: int, steps: int) -> dict | None:
+        if kind == "task":
+            self.task_steps(steps, round_no)
+        elif kind == "eval":
+            return self.log_dev(round_no)
+        elif kind == "final":
+            return self.evaluate()
+        return None
+
+    def task_steps(self, steps: int, round_no: int) -> None:
+        train_idx, engine = self.splits["train"], self.engines["model"]
+        desc = f"round {round_no} {self.cfg.mode} task steps"
+        for _ in tqdm(range(self.phase_step, steps), desc=desc, disable=not self.progress, leave=False):
+            self.model.train()
+            loss_sum = 0.0
+            for _ in range(self.cfg.grad_accum):
+                batch = self.rng.choice(train_idx, size=min(self.cfg.batch_size, len(train_idx)), replace=False)
+                logits = self.model(*self.inputs(batch.tolist()))
+                loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
+                engine.backward(loss / self.cfg.grad_accum)
+                loss_sum += loss.item() / self.cfg.grad_accum
+            self.update(engine, {"train/task_loss": loss_sum}, after=lambda: self.maybe_eval(steps, round_no))
+
+    @torch.no_grad()
+    def probabilities(self) -> np.ndarray:
+        self.model.eval()
+        n = len(self.y)
+        size = max(1, self.cfg.batch_size * 2)
+        parts = [torch.softmax(self.model(*self.inputs(list(range(i, min(i + size, n))))), -1)
+                 for i in range(0, n, size)]
+        return torch.cat(parts).float().numpy()
+
+    def rng_sources(self):
+        return {}, {"batches": self.rng}

@@ -1,0 +1,169 @@
+"""What every trainer shares: a plan of phases, the position in it, updates, checkpoints, resume.
+
+A run is a list of phases ``(kind, round, steps)``; the trainer's position is (phase, step in
+phase, global step). A checkpoint (training.checkpoint) is written at every phase boundary and
+every ``checkpoint_every`` global steps; :meth:`PhasedTrainer.resume` restores weights, the
+engines (optimizer + schedule), every RNG, the subclass's extra state (e.g. the MLM batch order)
+and the position, so a resumed run continues exactly where the saved one stood.
+
+Subclasses define the phases (:meth:`run_phase`), which networks the engines train, and their
+RNG sources. Metric names are the same in every mode: ``train/mlm_loss``, ``train/task_loss``,
+``dev/<metric>`` (during training), ``final_dev/<metric>`` and ``test/<metric>`` (the final
+model, binary threshold fitted on dev); the x axis is the global update count, and every
+(metric, step) is logged once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from training.checkpoint import Checkpointer, restore_rng, rng_state
+from training.metrics import best_threshold, headline, predict, task_metrics
+
+log = logging.getLogger(__name__)
+
+
+class PhasedTrainer:
+    """``log_metrics(dict, step)`` receives every logged value; ``on_phase_end(index, kind,
+    round, summary)`` is called after each phase (e.g. an MLflow child run); ``workdir`` holds
+    ``checkpoints/`` and any caches."""
+
+    def __init__(self, model: torch.nn.Module, y: np.ndarray, splits: dict[str, np.ndarray], cfg, workdir,
+                 task: str, plan: list[tuple[str, int, int]], log_metrics=None, progress: bool = True,
+                 run_ids: dict | None = None, on_phase_end=None):
+        self.model, self.y, self.splits, self.cfg, self.task, self.plan = model, y, splits, cfg, task, plan
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.log_metrics = log_metrics or (lambda metrics, step: None)
+        self.on_phase_end = on_phase_end or (lambda *args: None)
+        self.progress = progress
+        self.run_ids = run_ids or {}  # stored in checkpoints (MLflow run ids)
+        self.step = 0  # global update counter across networks (the MLflow step axis)
+        self.phase = self.phase_step = 0
+        self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self.checkpoints = Checkpointer(self.workdir / "checkpoints")
+        self.engines: dict = {}  # name -> engine (training.engines), set by the subclass
+        self._phase_t0 = time.time()
+        torch.manual_seed(cfg.seed)
+
+    # --- to define in a subclass ----------------------------------------------------------------
+    def run_phase(self, kind: str, round_no: int, steps: int) -> dict | None:
+        """Run (the rest of) one phase; return its summary metrics. ``final`` returns the result."""
+        raise NotImplementedError
+
+    def probabilities(self) -> np.ndarray:
+        """Class probabilities of every sequence [N, C] with the current model."""
+        raise NotImplementedError
+
+    def rng_sources(self) -> tuple[dict[str, torch.Generator], dict[str, np.random.Generator]]:
+        return {}, {}
+
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    # --- the loop ------------------------------------------------------------------------------
+    def fit(self) -> dict:
+        """Run (or, after ``resume``, continue) the plan; returns the final evaluation."""
+        t0, final = time.time(), None
+        while self.phase < len(self.plan):
+            kind, round_no, steps = self.plan[self.phase]
+            summary = self.run_phase(kind, round_no, steps) or {}
+            if kind == "final":
+                final, summary = summary, {f"final_dev/{k}": v for k, v in summary["dev"].items()} | \
+                    {f"test/{k}": v for k, v in summary["test"].items()}
+                self.log_metrics(summary, self.step)
+            for key in ("train/mlm_loss", "train/task_loss"):
+                if steps and self.history[key] and self.history[key][-1][0] > self.step - steps:
+                    summary[key] = self.history[key][-1][1]
+            self.on_phase_end(self.phase, kind, round_no, summary | {"steps": steps, "end_step": self.step,
+                                                                     "seconds": time.time() - self._phase_t0})
+            self.phase, self.phase_step, self._phase_t0 = self.phase + 1, 0, time.time()
+            if kind != "final":
+                self.save_checkpoint()
+        final["seconds"] = time.time() - t0
+        final["headline"] = headline(self.task)
+        final["train_config"] = asdict(self.cfg)
+        return final
+
+    def evaluate(self, threshold: float | None = None) -> dict:
+        """Dev (and test) metrics; the binary threshold is fitted on dev if not given."""
+        probs = self.probabilities()
+        dev = self.splits["dev"]
+        if self.task == "binary" and threshold is None:
+            threshold = best_threshold(self.y[dev], probs[dev, 1])
+        threshold = 0.5 if threshold is None else threshold
+        out = {"threshold": threshold, "probs": probs}
+        for split in ("dev", "test"):
+            idx = self.splits[split]
+            out[split] = task_metrics(self.y[idx], predict(probs[idx], self.task, threshold), self.task)
+        return out
+
+    def log_dev(self, round_no: int) -> dict:
+        dev = self.evaluate()["dev"]
+        self.log_metrics({f"dev/{k}": v for k, v in dev.items()} | {"round": round_no}, self.step)
+        return {f"dev/{k}": v for k, v in dev.items()}
+
+    def maybe_eval(self, steps: int, round_no: int) -> None:
+        """Dev evaluation every ``eval_every`` steps inside a phase (the round's end has its own)."""
+        every = self.cfg.eval_every
+        if every and self.phase_step % every == 0 and self.phase_step < steps:
+            self.log_dev(round_no)
+
+    def update(self, engine, metrics: dict[str, float], after=None) -> None:
+        """One update from the accumulated gradients; then record its metrics, run ``after`` (e.g.
+        a dev evaluation) and checkpoint if due -- in that order, so a checkpoint always holds
+        everything its step produced."""
+        engine.step()
+        self.step += 1
+        self.phase_step += 1
+        for k, v in metrics.items():
+            self.history[k].append((self.step, v))
+        if self.step % self.cfg.log_every == 0:
+            self.log_metrics(metrics, self.step)
+        if after is not None:
+            after()
+        if self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
+            self.save_checkpoint()
+
+    # --- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        state = {
+            "position": {"phase": self.phase, "phase_step": self.phase_step, "step": self.step},
+            "engines": {name: engine.state_dict() for name, engine in self.engines.items()},
+            "rng": rng_state(*self.rng_sources()),
+            "extra": self.extra_state(),
+            "history": {k: [list(p) for p in v] for k, v in self.history.items()},
+            "run_ids": self.run_ids,
+            "train_config": asdict(self.cfg),
+        }
+        return self.checkpoints.save(self.step, {"model": self.model}, state)
+
+    def resume(self, path: str | Path | None = None) -> bool:
+        """Continue from a checkpoint (default: the latest of this workdir); False if none."""
+        path = Path(path) if path else self.checkpoints.latest()
+        if path is None:
+            return False
+        state = Checkpointer.load(path, {"model": self.model})
+        if state["train_config"] != asdict(self.cfg):
+            raise ValueError(f"checkpoint {path} was written with a different train config")
+        pos = state["position"]
+        self.phase, self.phase_step, self.step = pos["phase"], pos["phase_step"], pos["step"]
+        for name, engine in self.engines.items():
+            engine.load_state_dict(state["engines"][name])
+        restore_rng(state["rng"], *self.rng_sources())
+        self.load_extra_state(state["extra"])
+        self.history = defaultdict(list, {k: [tuple(p) for p in v] for k, v in state["history"].items()})
+        self.run_ids = state["run_ids"]
+        log.info("resumed from %s at step %d (phase %d, step %d in phase)", path, self.step, self.phase,
+                 self.phase_step)
+        return True
