@@ -115,6 +115,20 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_bench_accuracy(args) -> int:
+    from training.bench_accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
+
+    limits = dict((k, int(v)) for k, v in (item.split("=") for item in args.limit)) if args.limit else {}
+    workdir = Path(args.workdir or Path(args.json).with_suffix("")).resolve()
+    results, described = bench_accuracy(args.data, workdir, datasets=args.datasets.split(","),
+                                        modes=args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
+                                        progress=not args.no_progress)
+    paths = write_accuracy_outputs(results, described, args.json)
+    print(accuracy_table(results))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 def cmd_score(args) -> int:
     from parsers.storage import read_objects, write_parquet_atomic
     from training.scoring import score_objects
@@ -279,6 +293,20 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
     bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bp.set_defaults(func=cmd_bench_parse)
+    ba = bsub.add_parser("accuracy", help="every training mode and a count baseline on four datasets, same splits")
+    ba.add_argument("--data", required=True, help="the shared data folder (hdfs_deeplog/, loghub/)")
+    ba.add_argument("--json", required=True, help="output JSON (.md table, .png plot, .datasets.json beside it)")
+    ba.add_argument("--datasets", default="hdfs,bgl,milestone,value_anomaly")
+    ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
+                    help="training modes (joint too, on request); count_lr always runs")
+    ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
+    ba.add_argument("--limit", action="append", metavar="DATASET=N",
+                    help="dataset size limit (hdfs: lines per file, default 3000; others: see training.benchdata)")
+    ba.add_argument("--workdir", default=None, help="scratch folder (default: beside --json)")
+    ba.add_argument("--seed", type=int, default=0)
+    ba.add_argument("--no-progress", action="store_true")
+    ba.set_defaults(func=cmd_bench_accuracy)
+
     bi = bsub.add_parser("ingest", help="ingest throughput on N generated HDFS-like lines vs a plain Drain3 loop")
     bi.add_argument("--lines", type=int, default=1_000_000)
     bi.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")

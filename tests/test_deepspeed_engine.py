@@ -78,10 +78,11 @@ def loss_of(model, net, micro, n_micro):
     return torch.nn.functional.cross_entropy(model.ka(reprs, mask), y) / n_micro
 
 
-def make_engines(model, stage):
+def make_engines(model, stage, clip=CLIP):
     if stage is None:
-        return {n: PlainEngine(getattr(model, n), LR, WD, WARMUP, TOTAL, CLIP) for n in ("tvm", "ka")}
-    return {n: DeepSpeedEngine(getattr(model, n), LR, WD, WARMUP, TOTAL, CLIP, ds_config(stage)) for n in ("tvm", "ka")}
+        return {n: PlainEngine(getattr(model, n), LR, WD, WARMUP, TOTAL, clip) for n in ("tvm", "ka")}
+    return {n: DeepSpeedEngine(getattr(model, n), LR, WD, WARMUP, TOTAL, clip, ds_config(stage))
+            for n in ("tvm", "ka")}
 
 
 def run(model, engines, schedule):
@@ -103,27 +104,34 @@ def assert_same_weights(a, b, exact=False):
     for (name, p), q in zip(a.state_dict().items(), b.state_dict().values()):
         if exact:
             assert torch.equal(p, q), name
-        else:
-            torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=name)
+        elif "attn.key.bias" not in name and "attn.shared.key.bias" not in name:
+            torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=name)
+        # The key biases are left out: their gradient is mathematically zero (softmax is invariant
+        # to a constant added to every score), so they only ever see rounding noise, which Adam's
+        # normalisation (g / (sqrt(v) + eps)) blows up to ~lr-sized steps. An ulp of difference in
+        # the clip coefficient (DeepSpeed sums squared norms, torch takes a norm of norms) or in a
+        # matmul over ZeRO's flat buffer (other memory alignment) is enough to move them apart.
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2])
-def test_matches_plain_engine_with_shared_heads(stage):
-    """Interleaved TVM and KA updates (with accumulation) give PlainEngine's weights; the shared
-    heads stay single tensors that both networks' updates moved."""
+@pytest.mark.parametrize("stage,clip", [(0, 1e3), (0, CLIP), (1, CLIP), (2, CLIP)])
+def test_matches_plain_engine_with_shared_heads(stage, clip):
+    """Interleaved TVM and KA updates (some accumulating two micro-batches) give PlainEngine's
+    weights -- bit for bit with stage 0 when clipping does not trigger; the shared heads stay
+    single tensors that both networks' updates moved."""
     reference = tiny_model()
-    model = copy.deepcopy(reference)
+    model = copy.deepcopy(reference)  # deepcopy keeps the TVM/KA sharing inside the copy
     schedule = batches()
-    run(reference, make_engines(reference, None), schedule)
+    run(reference, make_engines(reference, None, clip), schedule)
     before = [p.detach().clone() for p in model.shared_parameters()]
-    engines = make_engines(model, stage)
+    engines = make_engines(model, stage, clip)
     run(model, engines, schedule)
-    assert_same_weights(model, reference, exact=stage == 0)
+    assert_same_weights(model, reference, exact=(stage, clip) == (0, 1e3))
     ka_params = dict(model.ka.named_parameters())
     for name, p in model.tvm.named_parameters():
         if ".attn.shared." in name:
             assert p is ka_params[name]
     assert all(not torch.equal(b, p) for b, p in zip(before, model.shared_parameters()))
+    # 4 TVM updates: warm-up of 2, then linear decay over the remaining 8 of TOTAL=10
     assert engines["tvm"].scheduler.get_last_lr() == pytest.approx([LR * (1.0 - 0.9 * 2 / 8)])
 
 

@@ -21,10 +21,25 @@ KA's task loss.
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from seqenc.baselines import (
+    FlattenedEncoder,
+    JointTVMKA,
+    ObjectSequences,
+    RecordViewEncoder,
+    flattened_batch,
+    joint_inputs,
+    plain_config,
+    record_batch,
+)
+from seqenc.config import TVMKAConfig
+from seqenc.pretrained import load_bert_encoder
+from seqenc.sequences import TokenizedSequences
+from seqenc.tokenizer import ValueTokenizer
 from training.data import class_weights
 from training.engines import make_engine
 from training.phased import PhasedTrainer
@@ -80,3 +95,30 @@ class EndToEndTrainer(PhasedTrainer):
 
     def rng_sources(self):
         return {}, {"batches": self.rng}
+
+
+# record_view: tokens kept per object (an HDFS line is ~20 tokens of keys and values)
+RECORD_OBJECT_TOKENS = 64
+
+
+def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, tok: ValueTokenizer,
+                     objects: pl.DataFrame, exclude_keys: tuple[str, ...] = (), pretrained: str | None = None):
+    """The end-to-end model of ``mode`` (same width and depth as the TVM, every head private)
+    and its ``inputs(index)`` function over the sequences of ``data``, in the same order.
+    ``objects`` (long form) feed the object-level models; ``joint`` reads the windows of ``data``."""
+    plain = plain_config(config)
+    if mode == "joint":
+        return JointTVMKA(plain), lambda idx: joint_inputs(data, idx, tok.pad_id)
+    objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
+    by_id = ObjectSequences.from_objects(objects, tok, exclude_keys)
+    position = {s: i for i, s in enumerate(by_id.sequence_ids)}
+    seqs = ObjectSequences(list(data.sequence_ids), [by_id.objects[position[s]] for s in data.sequence_ids])
+    if mode == "flattened":
+        model = FlattenedEncoder(plain)
+        if pretrained:
+            load_bert_encoder(model.embeddings, model.encoder, model.config, pretrained)
+        return model, lambda idx: flattened_batch(seqs, idx, tok, plain.max_positions)
+    if mode == "record_view":
+        model = RecordViewEncoder(plain, "pool")
+        return model, lambda idx: record_batch(seqs, idx, tok, plain.max_positions, RECORD_OBJECT_TOKENS)
+    raise ValueError(f"no comparison model for mode {mode!r}")

@@ -39,13 +39,16 @@ def predict(probs: np.ndarray, task: str, threshold: float = 0.5) -> np.ndarray:
 
 
 def task_metrics(y: np.ndarray, pred: np.ndarray, task: str) -> dict[str, float]:
-    if task == "binary":
-        p, r, f, _ = precision_recall_fscore_support(y, pred, average="binary", zero_division=0)
-        return {"precision": float(p), "recall": float(r), "f1": float(f)}
-    return {
+    """Binary: precision/recall/F1 of the positive class (index 1), plus micro/macro F1 over
+    both classes; C-way: micro and macro F1."""
+    out = {
         "micro_f1": float(f1_score(y, pred, average="micro")),
         "macro_f1": float(f1_score(y, pred, average="macro", zero_division=0)),
     }
+    if task == "binary":
+        p, r, f, _ = precision_recall_fscore_support(y, pred, average="binary", zero_division=0)
+        out = {"precision": float(p), "recall": float(r), "f1": float(f), **out}
+    return out
 
 
 def headline(task: str) -> str:

@@ -27,24 +27,14 @@ import torch
 from parsers import events as event_ingest
 from parsers import logs as log_ingest
 from parsers import storage, synthetic
-from seqenc.baselines import (
-    FlattenedEncoder,
-    JointTVMKA,
-    ObjectSequences,
-    RecordViewEncoder,
-    flattened_batch,
-    joint_inputs,
-    plain_config,
-    record_batch,
-)
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.pretrained import load_bert_encoder, tvmka_from_bert
+from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import tracking
 from training.data import label_array, split_indices
-from training.end_to_end import EndToEndTrainer
+from training.end_to_end import EndToEndTrainer, comparison_model
 from training.metrics import plot_confusion, plot_losses, plot_pr_curve, predict, task_metrics
 from training.scoring import load_bundle, save_bundle, score_objects
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
@@ -146,6 +136,21 @@ def _jsonable(report: dict) -> dict:
 
 
 # --- 3. value sequences -----------------------------------------------------------------------
+def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg: dict,
+                      pretrained: str | None = None) -> tuple[ValueTokenizer, TokenizedSequences]:
+    """A WordPiece vocabulary from the train sequences' keys and values (or the pre-trained
+    checkpoint's), and every S(k) tokenised into windows as the model config says."""
+    train_rows = value_seqs.join(pl.DataFrame({"sequence_id": train_ids}), on="sequence_id", how="semi")
+    texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
+    tok = (ValueTokenizer.from_bert(pretrained) if pretrained
+           else ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"]))
+    defaults = TVMKAConfig()  # how a long S(k) is handled follows the model config
+    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
+                                    model_cfg.get("long_sequences", defaults.long_sequences),
+                                    model_cfg.get("max_windows", defaults.max_windows))
+    return tok, data
+
+
 def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
                     ingest_date: str | None = None, pretrained: str | None = None) -> dict:
     """S(k) for every labelled sequence, a stratified split, a WordPiece vocabulary from train
@@ -172,16 +177,9 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
                              "label": [by_id[s] for s in sequence_ids]})
     split_df.write_parquet(out / "splits.parquet")
 
-    train_rows = value_seqs.join(split_df.filter(pl.col("split") == "train"), on="sequence_id", how="semi")
-    texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
-    model_cfg = _size(size)["model"]
-    tok = (ValueTokenizer.from_bert(pretrained) if pretrained
-           else ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"]))
+    tok, data = vocab_and_windows(value_seqs, split_df.filter(pl.col("split") == "train")["sequence_id"],
+                                  _size(size)["model"], pretrained)
     tok.save(out / "tokenizer.json")
-    defaults = TVMKAConfig()  # how a long S(k) is handled follows the model config
-    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
-                                    model_cfg.get("long_sequences", defaults.long_sequences),
-                                    model_cfg.get("max_windows", defaults.max_windows))
     data.write_parquet(out / "windows.parquet")
     stats = {**data.stats, "vocab_size": tok.vocab_size,
              "class_counts": {c: int((y == i).sum()) for i, c in enumerate(spec.class_names)}}
@@ -241,7 +239,9 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
     hooks = {"log_metrics": tracking.log_metrics, "progress": progress, "on_phase_end": tracking.log_phase_run}
     if mode in END_TO_END:
-        model, inputs = _comparison_model(mode, model.config, data, tok, workdir, spec, pretrained)
+        objects = storage.read_objects(Path(workdir) / "data", spec.source)
+        model, inputs = comparison_model(mode, model.config, data, tok, with_event_key(objects) if spec.event_key
+                                         else objects, spec.exclude_keys, pretrained)
         trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.task, len(spec.class_names), **hooks)
     else:
         trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, **hooks)
@@ -276,32 +276,6 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         mlflow.log_artifacts(str(bundle), "model")
     return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
             "tracking_uri": tracking.tracking_uri(workdir)}
-
-
-def _comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, tok: ValueTokenizer, workdir,
-                      spec: TaskSpec, pretrained: str | None):
-    """The end-to-end model of ``mode`` (same width and depth as the TVM, every head private)
-    and its ``inputs(index)`` function over the sequences of ``data``, in the same order."""
-    plain = plain_config(config)
-    if mode == "joint":
-        return JointTVMKA(plain), lambda idx: joint_inputs(data, idx, tok.pad_id)
-    objects = storage.read_objects(Path(workdir) / "data", spec.source)
-    objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
-    by_id = ObjectSequences.from_objects(with_event_key(objects) if spec.event_key else objects, tok,
-                                         spec.exclude_keys)
-    position = {s: i for i, s in enumerate(by_id.sequence_ids)}
-    seqs = ObjectSequences(list(data.sequence_ids), [by_id.objects[position[s]] for s in data.sequence_ids])
-    if mode == "flattened":
-        model = FlattenedEncoder(plain)
-        if pretrained:
-            load_bert_encoder(model.embeddings, model.encoder, model.config, pretrained)
-        return model, lambda idx: flattened_batch(seqs, idx, tok, plain.max_positions)
-    model = RecordViewEncoder(plain, "pool")
-    return model, lambda idx: record_batch(seqs, idx, tok, plain.max_positions, RECORD_OBJECT_TOKENS)
-
-
-# record_view: tokens kept per object (an HDFS line is ~20 tokens of keys and values)
-RECORD_OBJECT_TOKENS = 64
 
 
 def resume_train(job: str | Path, progress: bool = True) -> dict:

@@ -1,0 +1,121 @@
+"""``seqenc bench accuracy``: every training mode and a count baseline, same splits, one run.
+
+For each dataset of training.benchdata (``hdfs``, ``bgl``, ``milestone``, ``value_anomaly``):
+value sequences S(k) from the dataset's objects, a WordPiece vocabulary from its train split,
+then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; ``joint`` on
+request) trained with the demo's model and step sizes and the same seed, evaluated on the test
+split (binary threshold fitted on dev), next to scikit-learn logistic regression on event-count
+vectors (``count_lr``). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
+"micro_f1", "seconds"}}}`` (precision/recall/f1 are null for C-way tasks), plus a Markdown table
+and a bar plot beside it, and ``OUT.datasets.json`` with how each dataset was built and split.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from seqenc.config import TVMKAConfig
+from seqenc.model import TVMKA
+from seqenc.sequences import collect_value_sequences
+from training.benchdata import DATASETS, BenchDataset, count_baseline, load_dataset
+from training.end_to_end import EndToEndTrainer, comparison_model
+from training.pipeline import SIZES, vocab_and_windows
+from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
+
+log = logging.getLogger(__name__)
+
+MODES = ("interleaved", "no_interleave", "flattened", "record_view")
+FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
+# hdfs: sequences per file kept for training time on 2 cores (the full files: 4,855 + 16,838)
+DEFAULT_LIMITS = {"hdfs": 3000}
+
+
+def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, size: str, seed: int, workdir: Path,
+                progress: bool) -> dict:
+    sz = SIZES[size]
+    config = TVMKAConfig(**{**sz["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+                            "task": ds.task, "n_classes": len(ds.class_names), "class_names": list(ds.class_names)})
+    cfg = TrainConfig(**{**sz["train"], "seed": seed, "mode": mode})
+    t0 = time.time()
+    model = TVMKA(config)
+    if mode in END_TO_END:
+        model, inputs = comparison_model(mode, config, data, tok, ds.objects, ds.exclude_keys)
+        trainer = EndToEndTrainer(model, inputs, y, splits, cfg, workdir / mode, ds.task, len(ds.class_names),
+                                  progress=progress)
+    else:
+        trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, workdir / mode, progress=progress)
+    test = trainer.fit()["test"]
+    return {f: test.get(f) for f in FIELDS[:-1]} | {"seconds": round(time.time() - t0, 1)}
+
+
+def bench_dataset(ds: BenchDataset, modes, size: str, seed: int, workdir: Path, progress: bool) -> dict:
+    value_seqs = collect_value_sequences(ds.objects, ds.exclude_keys)
+    tok, data = vocab_and_windows(value_seqs, ds.split.filter(pl.col("split") == "train")["sequence_id"],
+                                  SIZES[size]["model"])
+    label_of = dict(ds.labels.select("sequence_id", "label").iter_rows())
+    split_of = dict(ds.split.select("sequence_id", "split").iter_rows())
+    y = np.array([ds.class_names.index(label_of[s]) for s in data.sequence_ids])
+    splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
+              for name in ("train", "dev", "test")}
+    out = {}
+    for mode in modes:
+        log.info("%s: training %s", ds.name, mode)
+        out[mode] = _train_mode(mode, ds, tok, data, y, splits, size, seed, workdir, progress)
+        log.info("%s %s: %s", ds.name, mode, out[mode])
+    t0 = time.time()
+    counts = count_baseline(ds, seed)
+    out["count_lr"] = {f: counts.get(f) for f in FIELDS[:-1]} | {"seconds": round(time.time() - t0, 1)}
+    return out
+
+
+def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str = "demo", seed: int = 0,
+                   limits: dict | None = None, progress: bool = True) -> tuple[dict, dict]:
+    """Returns (results, dataset descriptions)."""
+    limits = {**DEFAULT_LIMITS, **(limits or {})}
+    results, described = {}, {}
+    for name in datasets:
+        ds = load_dataset(name, data_dir, Path(workdir) / "data", seed=seed, limit=limits.get(name))
+        described[name] = {"description": ds.description, "counts": ds.counts(), "limit": limits.get(name)}
+        results[name] = bench_dataset(ds, modes, size, seed, Path(workdir) / "runs" / name, progress)
+    return results, described
+
+
+def accuracy_table(results: dict) -> str:
+    lines = ["| dataset | mode | precision | recall | F1 | macro F1 | micro F1 | seconds |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, modes in results.items():
+        for mode, r in modes.items():
+            cells = ["" if r[f] is None else (f"{r[f]:.3f}" if f != "seconds" else f"{r[f]:.0f}") for f in FIELDS]
+            lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def write_accuracy_outputs(results: dict, described: dict, json_path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(json_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    md, png, info = out.with_suffix(".md"), out.with_suffix(".png"), out.with_suffix(".datasets.json")
+    md.write_text(accuracy_table(results) + "\n")
+    info.write_text(json.dumps(described, indent=2))
+    fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False)
+    for ax, (name, modes) in zip(axes[0], results.items()):
+        headline = "f1" if all(r["f1"] is not None for r in modes.values()) else "macro_f1"
+        ax.bar(list(modes), [modes[m][headline] for m in modes], color="tab:blue")
+        ax.set_title(f"{name} (test {headline})")
+        ax.set_ylim(0, 1)
+        ax.tick_params(axis="x", rotation=45)
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return [out, md, png, info]
