@@ -5,6 +5,9 @@ resumes exactly from a plain (JSON + tensors) state."""
 import copy
 import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -32,7 +35,7 @@ from seqenc.sequences import collect_value_sequences, tokenize_value_sequences  
 from seqenc.tokenizer import ValueTokenizer  # noqa: E402
 from training.checkpoint import join_tensors, split_tensors  # noqa: E402
 from training.data import split_indices  # noqa: E402
-from training.deepspeed_engine import DeepSpeedEngine  # noqa: E402
+from training.deepspeed_engine import DeepSpeedEngine, _free_port  # noqa: E402
 from training.engines import PlainEngine  # noqa: E402
 from training.trainer import InterleavedTrainer, TrainConfig  # noqa: E402
 
@@ -218,3 +221,92 @@ def test_interleaved_trainer_under_deepspeed(tmp_path, stage):
             assert p is ka[name] and p.data_ptr() == ka[name].data_ptr()
     assert all(not torch.equal(b, p) for b, p in zip(shared_before, model.shared_parameters()))
     assert trainer.checkpoints.latest() is not None  # the engines' states went through the checkpointer
+
+
+
+class Killed(Exception):
+    pass
+
+
+def test_trainer_resumes_exactly_under_zero_2(tmp_path):
+    """Through the trainer's own checkpoints (safetensors + JSON): interrupted after its last
+    checkpoint, resumed by a fresh trainer on a freshly initialised model, the run ends where an
+    uninterrupted one does."""
+    tok, data, y = toy_task()
+    splits = split_indices(y, 0)
+    cfg = TrainConfig(pretrain_steps=3, rounds=2, tvm_steps_per_round=2, batch_tokens=256, ka_batch_size=8,
+                      warmup_steps=2, checkpoint_every=3, log_every=1, deepspeed=ds_config(2))
+
+    def model(seed):
+        torch.manual_seed(seed)
+        return TVMKA(TVMKAConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=4, n_shared_heads=2,
+                                 d_ff=32, max_positions=16, dropout=0.0, attn_dropout=0.0, task="binary",
+                                 n_classes=2))
+
+    straight = InterleavedTrainer(model(0), tok, data, y, splits, cfg, tmp_path / "a", progress=False)
+    expected = straight.fit()
+
+    def kill_at_8(metrics, step):
+        if step == 8:
+            raise Killed
+
+    first = InterleavedTrainer(model(0), tok, data, y, splits, cfg, tmp_path / "b", log_metrics=kill_at_8,
+                               progress=False)
+    with pytest.raises(Killed):
+        first.fit()
+    resumed = InterleavedTrainer(model(1), tok, data, y, splits, cfg, tmp_path / "b", progress=False)
+    assert resumed.resume() and resumed.step == 6  # steps 7-8 are redone
+    result = resumed.fit()
+    assert resumed.history == straight.history
+    for name, p in straight.model.state_dict().items():
+        assert torch.equal(p, resumed.model.state_dict()[name]), name
+    assert result["test"] == expected["test"]
+
+# --- data parallel: two processes under torchrun (this file is also the worker script) ----------
+def two_rank_worker(stage: int) -> float:
+    """Each rank trains on its own batches; DeepSpeed averages the gradients, so the result must
+    be PlainEngine's on the mean of the two ranks' losses. Returns the largest difference."""
+    rank = int(os.environ["RANK"])
+    per_rank = [batches(seed=1), batches(seed=2)]
+    reference = tiny_model()
+    model = copy.deepcopy(reference)
+    engines = make_engines(model, stage)
+    assert (engines["tvm"].rank, engines["tvm"].world_size) == (rank, 2)
+    run(model, engines, per_rank[rank])
+    plain = make_engines(reference, None)
+    reference.train()
+    for (net, mine), (_, other) in zip(*per_rank):
+        for a, b in zip(mine, other):
+            plain[net].backward((loss_of(reference, net, a, len(mine)) + loss_of(reference, net, b, len(other))) / 2)
+        plain[net].step()
+    assert_same_weights(model, reference)
+    return max(float((p - q).abs().max()) for p, q in zip(model.state_dict().values(), reference.state_dict().values()))
+
+
+def test_two_processes_zero_1_and_2_with_shared_heads():
+    """ZeRO-1/2 partition the optimizer state (and gradients) across ranks; the shared heads stay
+    correct (this is where ZeRO's per-parameter attributes, overwritten by the engine created
+    last, would otherwise send gradients to the wrong slots). Two workers started the way a
+    launcher starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
+    root = Path(__file__).resolve().parents[1]
+    port = str(_free_port())
+    workers = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        workers.append(subprocess.Popen([sys.executable, __file__], cwd=root, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for worker in workers:
+        try:
+            outputs.append(worker.communicate(timeout=300)[0])
+        finally:
+            worker.kill()
+    for worker, out in zip(workers, outputs):
+        assert worker.returncode == 0 and out.count("two-rank ok") == 2, out[-4000:]
+
+
+if __name__ == "__main__":  # a worker of test_two_processes_zero_1_and_2_with_shared_heads
+    for zero in (1, 2):
+        print(f"two-rank ok: stage {zero}, rank {os.environ['RANK']}, max diff {two_rank_worker(zero):.2e}", flush=True)

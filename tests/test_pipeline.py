@@ -1,6 +1,7 @@
 """The main job end to end on the tiny built-in size: files, MLflow store, idempotence."""
 
 import json
+from pathlib import Path
 
 import mlflow
 import polars as pl
@@ -8,7 +9,7 @@ import pytest
 
 from parsers import storage
 from training import pipeline
-from training.scoring import load_bundle
+from training.scoring import load_bundle, score_objects
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +30,7 @@ def test_summary_has_the_documented_fields(demo):
     out, summary = demo
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk == json.loads(json.dumps(summary))
-    assert set(summary["metrics"]["anomaly"]) == {"precision", "recall", "f1"}
+    assert set(summary["metrics"]["anomaly"]) == {"precision", "recall", "f1", "macro_f1", "micro_f1"}
     assert set(summary["metrics"]["milestone"]) == {"micro_f1", "macro_f1"}
     for values in summary["metrics"].values():
         assert all(0.0 <= v <= 1.0 for v in values.values())
@@ -67,10 +68,28 @@ def test_mlflow_store_holds_runs_params_metrics_and_artifacts(demo):
         assert run.data.metrics[f"test/{headline}"] == pytest.approx(summary["metrics"][task][headline])
         artifacts = {a.path for a in client.list_artifacts(run_id, "plots")}
         assert "plots/confusion_test.png" in artifacts and "plots/losses.png" in artifacts
-        model_files = {a.path.split("/")[-1] for a in client.list_artifacts(run_id, "model")}
-        assert {"config.json", "model.safetensors", "tokenizer.json", "metadata.json"} <= model_files
+        assert {"plots/metrics.json", "plots/train_config.json"} <= artifacts
+        assert run.data.tags["git_commit"] and len(run.data.tags["dataset_fingerprint"]) == 16
         # artifacts live beside the store, not in the current directory
         assert str(out) in run.info.artifact_uri
+        versions = client.search_model_versions(f"name = 'seqenc-{task}'")
+        assert [v.run_id for v in versions] == [run_id]
+
+
+def test_registered_pyfunc_scores_like_the_bundle_and_holds_no_pickles(demo):
+    out, summary = demo
+    mlflow.set_tracking_uri(summary["mlflow_tracking_uri"])
+    local = Path(mlflow.artifacts.download_artifacts("models:/seqenc-anomaly/1", dst_path=str(out / "dl")))
+    files = {p.name for p in local.rglob("*") if p.is_file()}
+    assert {"model.safetensors", "config.json", "tokenizer.json", "metadata.json", "MLmodel"} <= files
+    assert not [f for f in files if f.endswith((".pkl", ".pickle", ".bin", ".pt"))], files
+    objects = storage.read_objects(out / "data", "hdfs")
+    some = objects.filter(pl.col("sequence_id").is_in(objects["sequence_id"].unique().sort()[:20].implode()))
+    pyfunc = mlflow.pyfunc.load_model("models:/seqenc-anomaly/1")
+    got = pl.from_pandas(pyfunc.predict(some.to_pandas())).sort("sequence_id")
+    expected = score_objects(out / "models" / "anomaly" / "bundle", some, progress=False).sort("sequence_id")
+    assert got["sequence_id"].to_list() == expected["sequence_id"].to_list()
+    assert got["score"].to_list() == pytest.approx(expected["score"].to_list(), abs=1e-6)
     model, tok, meta = load_bundle(out / "models" / "anomaly" / "bundle")
     assert meta["mlflow_run_id"] == summary["run_ids"][0] and 0 <= meta["threshold"] <= 1
 
@@ -104,4 +123,4 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
     params = mlflow.MlflowClient(trained["tracking_uri"]).get_run(trained["run_id"]).data.params
     assert params["pretrained"] == "minilm"
     scored = pipeline.stage_score(out, "anomaly", progress=False, ingest_date=ingest["ingest_date"])
-    assert scored["rows"] > 0 and set(scored["metrics"]) == {"precision", "recall", "f1"}
+    assert scored["rows"] > 0 and set(scored["metrics"]) == {"precision", "recall", "f1", "macro_f1", "micro_f1"}

@@ -37,41 +37,54 @@ accelerator's backend, e.g. NCCL, on GPU). Under ``deepspeed``/``torchrun`` the 
 variables are used untouched. Any number of engines can live in one process (the trainer makes
 two).
 
-Shared parameters (TVM and KA hold the same Q/K/V ``Parameter`` objects) -- what happens
+Shared parameters (TVM and KA hold the same ``Parameter`` objects) -- what happens
 ----------------------------------------------------------------------------------------
-Measured with DeepSpeed 0.19.8 (CPU, fp32, torch AdamW, two modules sharing a Linear, steps of
-either module in turn, compared with two plain torch AdamW optimizers):
+Measured with DeepSpeed 0.19.8 on CPU in fp32 with torch AdamW: two modules sharing a Linear,
+then the TVM-KA itself, stepping either network in turn and comparing with PlainEngine.
 
 * Stage 0, fp32: DeepSpeed's optimizer *is* the torch optimizer over the module's own
-  parameters; bit-for-bit equal to the reference. Nothing to do.
-* Stage 1 and 2: the ZeRO optimizer flattens the parameters into its own buffer
-  (``bit16_groups_flat``, the name is kept in fp32) and points every ``param.data`` at a view of
-  it; it optimises a separate fp32 copy of its partition (``single_partition_of_fp32_groups``)
-  and after every step points ``param.data`` back into its own buffer. With two engines a
-  shared parameter lives in the buffer of whichever engine stepped last, and each engine's
-  master copy goes stale when the other engine steps: the next step of the first engine starts
-  from its stale copy and *silently* discards the other network's updates (max abs error ~0.3
-  after 6 alternating steps in the experiment). Stage 2 additionally registers gradient hooks on
-  every parameter: in a KA backward the TVM engine's hooks fire on the shared parameters too,
-  reduce those gradients into the *TVM's* partitions and DeepSpeed aborts with "The parameter
-  ... has already been reduced" (stage 1's hooks only count, but the same applies to
-  ``overlap_comm``).
-  Fixed here, exactly (bit-for-bit equal to the reference in the experiment and allclose to
-  PlainEngine in tests/test_deepspeed_engine.py), by:
-    1. before every ``step()``: copying each parameter's current value into this engine's own
-       view of it when ``param.data`` points elsewhere (another engine's buffer), pointing
-       ``param.data`` back at that view, then ``optimizer.refresh_fp32_params()`` (DeepSpeed's
-       own "refresh the fp32 master from the model weights"). In fp32 the master equals the
-       weights, so this is exact, and it also makes weights loaded into the model (a resumed
-       checkpoint) take effect;
-    2. gradient-hook ownership: before a backward, the ZeRO gradient hooks of every engine that
+  parameters: bit-for-bit PlainEngine when clipping does not trigger (when it does, DeepSpeed's
+  clip coefficient can differ in the last bit: it sums squared norms, torch takes a norm of
+  norms). Nothing to do.
+* Stage 1 and 2, as DeepSpeed does them, are silently wrong with shared parameters:
+  - the ZeRO optimizer flattens the parameters into its own buffer (``bit16_groups_flat``, the
+    name is kept in fp32), points every ``param.data`` at a view of it, optimises a separate
+    fp32 copy of its partition (``single_partition_of_fp32_groups``) and after each step points
+    ``param.data`` back into its own buffer. A shared parameter lives in the buffer of whichever
+    engine stepped last, and each engine's master copy goes stale when the other one steps: its
+    next step starts from the stale copy and discards the other network's updates (max abs
+    error ~0.3 after 6 alternating steps of the toy experiment);
+  - it keeps per-parameter bookkeeping *on the parameter objects* (``param_idx_in_group``,
+    ``_hp_mapping`` and its accessors): for a shared parameter these are the last-created
+    engine's, so with 2+ ranks the TVM engine's gradient reduction writes gradients into the
+    wrong slots of its partitions (invisible with one rank, where that path is not taken; with
+    two ranks, and the fixes below otherwise in place, even TVM-private weights came out wrong
+    by ~0.05);
+  - it registers gradient hooks on every parameter: in a KA backward the TVM engine's hooks
+    fire on the shared parameters too; in stage 2 they reduce those gradients into the *TVM's*
+    partitions and DeepSpeed aborts ("The parameter ... has already been reduced").
+  Fixed here, so that stages 1 and 2 match PlainEngine (tests/test_deepspeed_engine.py, with one
+  process and with two processes each holding half of the optimizer state):
+    1. each engine snapshots the attributes its ZeRO optimizer set on the parameters and puts
+       them back before its own backward and step (``grad_accum`` excepted: it holds
+       accumulating gradients);
+    2. before every ``step()`` it copies each parameter's current value into its own view of it
+       when ``param.data`` points elsewhere (another engine's buffer), points ``param.data``
+       back at that view, then calls ``optimizer.refresh_fp32_params()`` (DeepSpeed's "refresh
+       the fp32 master from the model weights"). In fp32 the master equals the weights, so this
+       is exact, and weights loaded into the model later (a resumed checkpoint) take effect.
+       Every rank holds the full weights in stages 1/2 and refreshes its own partition;
+    3. gradient-hook ownership: before a backward, the ZeRO gradient hooks of every engine that
        shares parameters with this one are removed (``optimizer._grad_acc_hooks``) and this
        engine's are re-created (``optimizer.create_gradient_handling_hooks()``), so only the
        network that runs the backward sees its gradients;
-    3. ``optimizer.clear_backward_seen_flag()`` before each backward (DeepSpeed calls it in
+    4. ``optimizer.clear_backward_seen_flag()`` before each backward (DeepSpeed calls it in
        ``engine.forward``, which the trainer bypasses: it calls the networks' own methods).
-  Both steps work per rank on replicated weights, so they hold for data-parallel runs too
-  (each rank refreshes its own partition from the full, replicated weights).
+  These use DeepSpeed internals (checked at construction: a version without them is refused
+  with a ValueError). The remaining differences from PlainEngine are rounding (the flat buffer
+  changes memory alignment, hence matmul rounding) -- except for the attention *key biases*,
+  whose gradient is mathematically zero, so Adam turns their rounding noise into lr-sized steps
+  in any implementation; they have no effect on any output.
 * Stage 3: refused (``ValueError``). ZeRO-3 partitions the weights themselves and gathers them
   only inside the forward of the module its engine wraps; a shared head would be partitioned by
   two engines, and the trainer uses weights outside a forward (the MLM decoder is tied to the
@@ -89,7 +102,7 @@ skipped_steps}}`` plus, only with fp16/bf16, ``"master"`` (the fp32 master tenso
 ``"loss_scale"`` (the loss scaler's scalars). For stage 0 the basic optimizer is the optimizer;
 for stages 1/2 its state is *this rank's partition* (flat exp_avg/exp_avg_sq), so a resume needs
 the same world size (checked) and every rank must save and load its own state. In fp32 the
-master copy is not saved: step 1 above rebuilds it from the weights the trainer restores. The
+master copy is not saved: fix 2 above rebuilds it from the weights the trainer restores. The
 mixed-precision entries are untested here (no GPU); ``deepspeed``'s ``save_checkpoint`` is the
 alternative for those runs.
 """
@@ -244,17 +257,24 @@ class DeepSpeedEngine:
         def scheduler(optimizer):
             return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, warmup, total))
 
+        before = [dict(vars(p)) for p in self.params]
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=network, model_parameters=self.params, config=self.config, lr_scheduler=scheduler)
+        # the attributes ZeRO keeps *on the parameters* (param_idx_in_group, _hp_mapping, ...): a
+        # shared parameter carries those of the engine created last, so each engine puts its own
+        # back before it touches gradients (grad_accum is left alone: it holds accumulating grads)
+        self._param_attrs = [(p, attrs) for p, b in zip(self.params, before)
+                             if (attrs := {k: v for k, v in vars(p).items()
+                                           if k != "grad_accum" and (k not in b or b[k] is not v)})]
         self.basic_optimizer = self.engine.basic_optimizer
-        # each engine's own view of every parameter (ZeRO-1/2: a slice of its flat buffer), taken
-        # before another engine can re-point a shared parameter into its buffer
         self._zero = self.zero_stage in (1, 2)
         if self._zero:
             missing = [a for a in _ZERO_API if not hasattr(self.optimizer, a)]
             if missing:
                 raise ValueError(f"this DeepSpeed version's ZeRO optimizer lacks {missing}, which keeping shared "
                                  f"TVM/KA parameters consistent needs; use ZeRO stage 0")
+        # each engine's own view of every parameter (ZeRO-1/2: a slice of its flat buffer), taken
+        # before another engine can re-point a shared parameter into its buffer
         self._homes = [(p, p.data) for p in self.params] if self._zero and not self.mixed_precision else []
         self._hooks_attached = True
         self._peers: weakref.WeakSet[DeepSpeedEngine] = weakref.WeakSet(peers)
@@ -277,6 +297,7 @@ class DeepSpeedEngine:
 
     # --- training ------------------------------------------------------------------------------
     def backward(self, loss: torch.Tensor) -> None:
+        self._restore_param_attrs()
         if self._zero:
             for peer in list(self._peers):
                 peer._detach_grad_hooks()
@@ -286,9 +307,14 @@ class DeepSpeedEngine:
 
     def step(self) -> None:
         """Clip, optimizer step, schedule step, zero the gradients (DeepSpeed does all four)."""
+        self._restore_param_attrs()
         if self._homes:
             self._sync_master_from_weights()
         self.engine.step()
+
+    def _restore_param_attrs(self) -> None:
+        for p, attrs in self._param_attrs:
+            p.__dict__.update(attrs)
 
     def _sync_master_from_weights(self) -> None:
         """Bring this engine's flat buffer and fp32 master up to the parameters' current values,
@@ -325,7 +351,10 @@ class DeepSpeedEngine:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        for key, mine in (("zero_stage", self.zero_stage), ("world_size", self.world_size)):
+        checks = [("zero_stage", self.zero_stage), ("world_size", self.world_size)]
+        if self._zero:  # each rank holds its own partition of the optimizer state
+            checks.append(("rank", self.rank))
+        for key, mine in checks:
             if state[key] != mine:
                 raise ValueError(f"engine state was saved with {key}={state[key]}, this run has {key}={mine}")
         self.basic_optimizer.load_state_dict(state["optimizer"])

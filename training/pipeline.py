@@ -251,7 +251,9 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     stats = json.loads((seq_dir / "stats.json").read_text())
     params = {"task": task_name, "mode": mode, "size": size, "pretrained": pretrained or "none",
               "model": config.to_dict(), "train": asdict(train_cfg), "data": stats}
-    with tracking.run(workdir, run_name=f"{task_name}-{mode}", params=params, tags={"task": task_name, "mode": mode},
+    fingerprint = tracking.dataset_fingerprint(seq_dir / "splits.parquet", seq_dir / "windows.parquet")
+    tags = {"task": task_name, "mode": mode, "dataset_fingerprint": fingerprint}
+    with tracking.run(workdir, run_name=f"{task_name}-{mode}", params=params, tags=tags,
                       run_id=trainer.run_ids.get("job")) as run:
         trainer.run_ids["job"] = run.info.run_id
         result = trainer.fit()
@@ -273,9 +275,15 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         (plots / "train_config.json").write_text(json.dumps({"model": config.to_dict(), "train": asdict(train_cfg)},
                                                             indent=2))
         mlflow.log_artifacts(str(plots), "plots")
-        mlflow.log_artifacts(str(bundle), "model")
+        model_version = tracking.log_bundle_model(bundle, registered_model_name(task_name))
     return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
+            "registered_model": registered_model_name(task_name), "model_version": model_version,
             "tracking_uri": tracking.tracking_uri(workdir)}
+
+
+def registered_model_name(task_name: str) -> str:
+    """Model Registry name of a task's models (every mode registers a version of it)."""
+    return f"seqenc-{task_name}"
 
 
 def resume_train(job: str | Path, progress: bool = True) -> dict:

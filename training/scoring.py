@@ -43,13 +43,14 @@ def load_bundle(directory: str | Path) -> tuple[TVMKA, ValueTokenizer, dict]:
     return model, tok, json.loads((directory / "metadata.json").read_text())
 
 
-def score_objects(model_dir: str | Path, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
+def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
     """Long-form objects -> one row per sequence: sequence_id, score, prediction, prob_<class>...
 
-    ``score`` is P(positive class) for a binary task and the winning class's probability
-    otherwise; ``prediction`` is the class name (threshold from the bundle for binary tasks).
+    ``model_dir`` is a bundle directory or an already loaded ``load_bundle`` triple. ``score``
+    is P(positive class) for a binary task and the winning class's probability otherwise;
+    ``prediction`` is the class name (threshold from the bundle for binary tasks).
     """
-    model, tok, meta = load_bundle(model_dir)
+    model, tok, meta = model_dir if isinstance(model_dir, tuple) else load_bundle(model_dir)
     config = model.config
     if meta.get("event_key"):
         objects = with_event_key(objects)

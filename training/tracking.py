@@ -126,3 +126,31 @@ def log_phase_run(index: int, kind: str, round_no: int, summary: dict) -> None:
         mlflow.set_tags({"phase_index": str(index), "phase": kind, "round": str(round_no)})
         mlflow.log_params({"phase": kind, "round": round_no, "steps": summary.get("steps", 0)})
         mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})
+
+
+def log_bundle_model(bundle: str | Path, registered_name: str) -> str:
+    """Log a model bundle as an MLflow pyfunc (training/mlflow_model.py, models from code; the
+    bundle's safetensors + JSON are its artifacts) and register it; returns the model version."""
+    from importlib.metadata import version
+
+    from mlflow.models import ModelSignature
+    from mlflow.types import ColSpec, Schema
+
+    inputs = Schema([ColSpec("string", "sequence_id"), ColSpec("long", "step"), ColSpec("string", "key"),
+                     ColSpec("string", "value"), ColSpec("long", "template_id", required=False)])
+    outputs = Schema([ColSpec("string", "sequence_id"), ColSpec("double", "score"), ColSpec("string", "prediction")])
+    info = mlflow.pyfunc.log_model(
+        name="model", python_model=str(Path(__file__).with_name("mlflow_model.py")),
+        artifacts={"bundle": str(bundle)}, registered_model_name=registered_name,
+        signature=ModelSignature(inputs, outputs), pip_requirements=[f"seqenc=={version('seqenc')}"])
+    return str(info.registered_model_version)
+
+
+def dataset_fingerprint(*files: str | Path) -> str:
+    """A short content hash of the files a model was trained from (sha256, 16 hex digits)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(Path(path).read_bytes())
+    return digest.hexdigest()[:16]

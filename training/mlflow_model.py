@@ -1,0 +1,29 @@
+"""The MLflow pyfunc model of a seqenc bundle ("models from code": MLflow stores this file with
+the model and runs it to load; the weights stay our safetensors + JSON config, nothing is
+pickled).
+
+Input: long-form objects (a pandas DataFrame with ``sequence_id, step, key, value`` and, for
+log tasks, ``template_id``); output: one row per sequence with ``sequence_id, score,
+prediction, prob_<class>...`` (training.scoring.score_objects). Loading needs the seqenc
+distribution installed (the model's requirements name it).
+"""
+
+import mlflow
+from mlflow.pyfunc import PythonModel
+
+
+class SeqencModel(PythonModel):
+    def load_context(self, context):
+        from training.scoring import load_bundle
+
+        self.bundle = load_bundle(context.artifacts["bundle"])
+
+    def predict(self, context, model_input, params=None):
+        import polars as pl
+
+        from training.scoring import score_objects
+
+        return score_objects(self.bundle, pl.from_pandas(model_input), progress=False).to_pandas()
+
+
+mlflow.models.set_model(SeqencModel())
