@@ -120,9 +120,10 @@ def cmd_bench_accuracy(args) -> int:
 
     limits = dict((k, int(v)) for k, v in (item.split("=") for item in args.limit)) if args.limit else {}
     workdir = Path(args.workdir or Path(args.json).with_suffix("")).resolve()
+    config = json.loads(Path(args.config).read_text()) if args.config else {}
     results, described = bench_accuracy(args.data, workdir, datasets=args.datasets.split(","),
                                         modes=args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
-                                        progress=not args.no_progress)
+                                        config=config, progress=not args.no_progress)
     paths = write_accuracy_outputs(results, described, args.json)
     print(accuracy_table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -303,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
                     help="dataset size limit (hdfs: lines per file, default 3000; others: see training.benchdata)")
     ba.add_argument("--workdir", default=None, help="scratch folder (default: beside --json)")
+    ba.add_argument("--config", default=None, metavar="JSON",
+                    help='overrides for every run: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')
     ba.add_argument("--seed", type=int, default=0)
     ba.add_argument("--no-progress", action="store_true")
     ba.set_defaults(func=cmd_bench_accuracy)

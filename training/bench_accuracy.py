@@ -36,12 +36,11 @@ FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
 DEFAULT_LIMITS = {"hdfs": 3000}
 
 
-def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, size: str, seed: int, workdir: Path,
+def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
                 progress: bool) -> dict:
-    sz = SIZES[size]
-    config = TVMKAConfig(**{**sz["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+    config = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                             "task": ds.task, "n_classes": len(ds.class_names), "class_names": list(ds.class_names)})
-    cfg = TrainConfig(**{**sz["train"], "seed": seed, "mode": mode})
+    cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": mode})
     t0 = time.time()
     model = TVMKA(config)
     if mode in END_TO_END:
@@ -54,10 +53,11 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, size: str, se
     return {f: test.get(f) for f in FIELDS[:-1]} | {"seconds": round(time.time() - t0, 1)}
 
 
-def bench_dataset(ds: BenchDataset, modes, size: str, seed: int, workdir: Path, progress: bool) -> dict:
+def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool) -> dict:
+    """``sizes``: ``{"model": ..., "train": ...}`` keyword arguments of the configs."""
     value_seqs = collect_value_sequences(ds.objects, ds.exclude_keys)
     tok, data = vocab_and_windows(value_seqs, ds.split.filter(pl.col("split") == "train")["sequence_id"],
-                                  SIZES[size]["model"])
+                                  sizes["model"])
     label_of = dict(ds.labels.select("sequence_id", "label").iter_rows())
     split_of = dict(ds.split.select("sequence_id", "split").iter_rows())
     y = np.array([ds.class_names.index(label_of[s]) for s in data.sequence_ids])
@@ -66,7 +66,7 @@ def bench_dataset(ds: BenchDataset, modes, size: str, seed: int, workdir: Path, 
     out = {}
     for mode in modes:
         log.info("%s: training %s", ds.name, mode)
-        out[mode] = _train_mode(mode, ds, tok, data, y, splits, size, seed, workdir, progress)
+        out[mode] = _train_mode(mode, ds, tok, data, y, splits, sizes, seed, workdir, progress)
         log.info("%s %s: %s", ds.name, mode, out[mode])
     t0 = time.time()
     counts = count_baseline(ds, seed)
@@ -75,14 +75,17 @@ def bench_dataset(ds: BenchDataset, modes, size: str, seed: int, workdir: Path, 
 
 
 def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str = "demo", seed: int = 0,
-                   limits: dict | None = None, progress: bool = True) -> tuple[dict, dict]:
-    """Returns (results, dataset descriptions)."""
+                   limits: dict | None = None, config: dict | None = None, progress: bool = True) -> tuple[dict, dict]:
+    """Returns (results, dataset descriptions). ``config`` overrides the size's model/train settings."""
     limits = {**DEFAULT_LIMITS, **(limits or {})}
+    config = config or {}
+    sizes = {part: {**SIZES[size][part], **config.get(part, {})} for part in ("model", "train")}
     results, described = {}, {}
     for name in datasets:
         ds = load_dataset(name, data_dir, Path(workdir) / "data", seed=seed, limit=limits.get(name))
         described[name] = {"description": ds.description, "counts": ds.counts(), "limit": limits.get(name)}
-        results[name] = bench_dataset(ds, modes, size, seed, Path(workdir) / "runs" / name, progress)
+        results[name] = bench_dataset(ds, modes, sizes, seed, Path(workdir) / "runs" / name, progress)
+        described[name]["settings"] = sizes
     return results, described
 
 

@@ -1,0 +1,39 @@
+"""`seqenc bench accuracy` writes the contracted JSON (+ table, plot, dataset descriptions)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+FIELDS = {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds"}
+
+
+def test_bench_accuracy_cli_contract(tmp_path):
+    if not DATA.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"real data missing in CI: {DATA}")
+        pytest.skip(f"real data not found at {DATA} (../shared/data is absent on this machine)")
+    out = tmp_path / "acc.json"
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}))
+    cmd = [sys.executable, "-m", "seqenc.cli", "bench", "accuracy", "--data", str(DATA), "--json", str(out),
+           "--size", "tiny", "--datasets", "hdfs,milestone", "--modes", "interleaved,flattened",
+           "--limit", "hdfs=40", "--limit", "milestone=60", "--config", str(config), "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert set(result) == {"hdfs", "milestone"}
+    for modes in result.values():
+        assert set(modes) == {"interleaved", "flattened", "count_lr"}
+        for metrics in modes.values():
+            assert set(metrics) == FIELDS
+            assert 0 <= metrics["macro_f1"] <= 1 and metrics["seconds"] >= 0
+    assert all(result["milestone"][m]["f1"] is None for m in result["milestone"])  # C-way: no binary F1
+    assert result["hdfs"]["count_lr"]["f1"] > 0.8
+    described = json.loads(out.with_suffix(".datasets.json").read_text())
+    assert "floor(0.6n) train" in described["hdfs"]["description"] and described["hdfs"]["settings"]["train"]["rounds"] == 1
+    assert out.with_suffix(".md").read_text().startswith("| dataset | mode |") and out.with_suffix(".png").stat().st_size
