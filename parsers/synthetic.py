@@ -169,14 +169,8 @@ def _no_block_event(rng: random.Random, t: dt.datetime, nodes: list[str]):
     return (t, "INFO", comp, content, rng.randint(13, 40))
 
 
-def generate_hdfs_logs(log_path, labels_path, n_blocks: int = 2000, anomaly_rate: float = 0.03, seed: int = 0) -> dict:
-    """Write an HDFS_1-style raw log and a LogHub-style ``BlockId,Label`` CSV.
-
-    Exactly ``round(n_blocks * anomaly_rate)`` blocks are anomalous (kinds drawn uniformly
-    from ``ANOMALY_KINDS``). Lines are time ordered; blocks overlap in time, so their lines
-    interleave. About 2 % of the lines name no block. Returns counts and paths.
-    """
-    rng = random.Random(seed)
+def hdfs_nodes_and_blocks(rng: random.Random, n_blocks: int) -> tuple[list[str], list[str]]:
+    """About 60 data-node addresses and ``n_blocks`` distinct block ids, drawn from ``rng``."""
     nodes = sorted({f"10.{rng.choice((250, 251))}.{rng.randint(1, 254)}.{rng.randint(1, 254)}" for _ in range(60)})
     blocks: list[str] = []
     seen: set[str] = set()
@@ -185,6 +179,18 @@ def generate_hdfs_logs(log_path, labels_path, n_blocks: int = 2000, anomaly_rate
         if blk not in seen:
             seen.add(blk)
             blocks.append(blk)
+    return nodes, blocks
+
+
+def generate_hdfs_logs(log_path, labels_path, n_blocks: int = 2000, anomaly_rate: float = 0.03, seed: int = 0) -> dict:
+    """Write an HDFS_1-style raw log and a LogHub-style ``BlockId,Label`` CSV.
+
+    Exactly ``round(n_blocks * anomaly_rate)`` blocks are anomalous (kinds drawn uniformly
+    from ``ANOMALY_KINDS``). Lines are time ordered; blocks overlap in time, so their lines
+    interleave. About 2 % of the lines name no block. Returns counts and paths.
+    """
+    rng = random.Random(seed)
+    nodes, blocks = hdfs_nodes_and_blocks(rng, n_blocks)
     n_anom = round(n_blocks * anomaly_rate)
     anomalous = dict.fromkeys(rng.sample(range(n_blocks), n_anom))
     kinds = {i: rng.choice(ANOMALY_KINDS) for i in anomalous}

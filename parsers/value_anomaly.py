@@ -33,7 +33,15 @@ import logging
 import random
 from pathlib import Path
 
-from parsers.synthetic import _HDFS_START, FULL_BLOCK, RESPONDER, XCEIVER, _hdfs_line, _no_block_event
+from parsers.synthetic import (
+    _HDFS_START,
+    FULL_BLOCK,
+    RESPONDER,
+    XCEIVER,
+    _hdfs_line,
+    _no_block_event,
+    hdfs_nodes_and_blocks,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -165,13 +173,7 @@ def generate_value_anomaly_logs(log_path, labels_path, n_blocks: int = 1500, ano
     lines name no block (as in parsers.synthetic). Deterministic for a seed. Returns counts and
     paths."""
     rng, arng = random.Random(seed), random.Random(seed + 1)
-    nodes = sorted({f"10.{rng.choice((250, 251))}.{rng.randint(1, 254)}.{rng.randint(1, 254)}" for _ in range(60)})
-    blocks, seen = [], set()
-    while len(blocks) < n_blocks:
-        blk = f"blk_{'-' if rng.random() < 0.5 else ''}{rng.getrandbits(63)}"
-        if blk not in seen:
-            seen.add(blk)
-            blocks.append(blk)
+    nodes, blocks = hdfs_nodes_and_blocks(rng, n_blocks)
     n_anom = round(n_blocks * anomaly_rate)
     kinds = {i: arng.choice(VALUE_ANOMALY_KINDS) for i in sorted(arng.sample(range(n_blocks), n_anom))}
 

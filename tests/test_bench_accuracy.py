@@ -1,26 +1,20 @@
 """`seqenc bench accuracy` writes the contracted JSON (+ table, plot, dataset descriptions)."""
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
-import pytest
+from shared_data import require
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 FIELDS = {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds"}
 
 
 def test_bench_accuracy_cli_contract(tmp_path):
-    if not DATA.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"real data missing in CI: {DATA}")
-        pytest.skip(f"real data not found at {DATA} (../shared/data is absent on this machine)")
+    data = require()
     out = tmp_path / "acc.json"
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}))
-    cmd = [sys.executable, "-m", "seqenc.cli", "bench", "accuracy", "--data", str(DATA), "--json", str(out),
+    cmd = [sys.executable, "-m", "seqenc.cli", "bench", "accuracy", "--data", str(data), "--json", str(out),
            "--size", "tiny", "--datasets", "hdfs,milestone", "--modes", "interleaved,flattened",
            "--limit", "hdfs=40", "--limit", "milestone=60", "--config", str(config), "--no-progress"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)

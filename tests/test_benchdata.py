@@ -1,12 +1,12 @@
 """Bench datasets (training.benchdata) and the value-anomaly log generator (parsers.value_anomaly)."""
 
 import csv
-import os
 import re
 from pathlib import Path
 
 import polars as pl
 import pytest
+from shared_data import require
 
 from parsers.logs import make_miner
 from parsers.presets import resolve
@@ -15,17 +15,12 @@ from parsers.synthetic import FULL_BLOCK
 from parsers.value_anomaly import VALUE_ANOMALY_KINDS, generate_value_anomaly_logs
 from training.benchdata import DATASETS, BenchDataset, count_baseline, load_dataset, stratified_split
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 REAL = {"hdfs", "bgl"}
 LIMIT = {"hdfs": 300, "bgl": 400, "milestone": 150, "value_anomaly": 300}
 
 
 def real_data() -> Path:
-    if not DATA.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"real data missing in CI: {DATA}")
-        pytest.skip(f"real data not found at {DATA} (../shared/data is absent on this machine)")
-    return DATA
+    return require()
 
 
 def data_dir_for(name: str) -> Path:

@@ -17,13 +17,9 @@ ARCH = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA, "flat
         "record_view": RecordViewEncoder}
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    work = tmp_path_factory.mktemp("modes") / "w"
-    raw = pipeline.stage_generate(str(work), "tiny", seed=0)
-    pipeline.stage_ingest_logs(str(work), raw["hdfs_log"], raw["hdfs_labels"])
-    pipeline.stage_sequences(str(work), "anomaly", "tiny", seed=0)
-    return work
+@pytest.fixture
+def prepared(prepared_task):
+    return prepared_task("anomaly")
 
 
 def metric_names(workdir, run_id) -> set[str]:

@@ -1,17 +1,15 @@
 """Raw log ingestion with real Drain3 and real Parquet files on disk."""
 
 import gzip
-import os
 from pathlib import Path
 
 import polars as pl
-import pytest
+from shared_data import DATA, require
 
 from parsers import storage
 from parsers.logs import HDFS, ingest_labels, ingest_logs
 from parsers.synthetic import generate_hdfs_logs
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DAY = "2026-01-02"
 
 LINES = [
@@ -168,11 +166,7 @@ def test_labels_reject_missing_and_duplicate_ids(tmp_path):
 
 
 def test_real_hdfs_sample_ingests_without_rejects(tmp_path):
-    real = DATA / "loghub" / "HDFS" / "HDFS_2k.log"
-    if not real.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"real data missing in CI: {real}")
-        pytest.skip(f"real LogHub data not found at {real} (../shared/data is absent on this machine)")
+    real = require(DATA / "loghub" / "HDFS" / "HDFS_2k.log")
     head = real.read_text(encoding="utf-8").splitlines()[:200]
     report = ingest_logs(write(tmp_path / "HDFS_head.log", head), tmp_path / "data", ingest_date=DAY)
     assert report["read"] == report["parsed"] == 200 and report["rejected"] == 0

@@ -2,17 +2,17 @@
 
 import csv
 import json
-import os
 from pathlib import Path
 
 import pytest
+from shared_data import DATA, require
 
 from parsers.accuracy import bench_parse, grouping_accuracy, read_loghub_folder
 from parsers.logs import LineParser, make_miner
 from parsers.presets import PRESETS, LogFormat, load_formats, resolve
 from seqenc.cli import main
 
-LOGHUB = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "loghub"
+LOGHUB = DATA / "loghub"
 # LogHub folder -> (preset, header columns of its structured CSV, in our field names)
 LOGHUB_PRESETS = {
     "HDFS": "hdfs", "Hadoop": "hadoop", "Spark": "spark", "Zookeeper": "zookeeper", "BGL": "bgl",
@@ -26,11 +26,7 @@ DIFFERS = {("Zookeeper", "Node"), ("Zookeeper", "Component")}
 
 
 def loghub() -> Path:
-    if not LOGHUB.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"real data missing in CI: {LOGHUB}")
-        pytest.skip(f"real LogHub data not found at {LOGHUB} (../shared/data is absent on this machine)")
-    return LOGHUB
+    return require(LOGHUB)
 
 
 def test_grouping_accuracy_hand_checked():

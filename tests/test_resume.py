@@ -19,13 +19,9 @@ TRAIN = {"pretrain_steps": 30, "rounds": 2, "tvm_steps_per_round": 24, "checkpoi
          "eval_every": 4, "warmup_steps": 2}
 
 
-@pytest.fixture(scope="module")
-def prepared(tmp_path_factory):
-    work = tmp_path_factory.mktemp("resume") / "w"
-    raw = pipeline.stage_generate(str(work), "tiny", seed=0)
-    pipeline.stage_ingest_events(str(work), raw["events"], raw["events_labels"])
-    pipeline.stage_sequences(str(work), "milestone", "tiny", seed=0)
-    return work
+@pytest.fixture
+def prepared(prepared_task):
+    return prepared_task("milestone")
 
 
 def metric_steps(workdir: Path, run_id: str) -> dict[str, list[int]]:

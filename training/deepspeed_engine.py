@@ -101,10 +101,11 @@ Checkpoint state (``state_dict``): plain nested dicts/lists of tensors and scala
 skipped_steps}}`` plus, only with fp16/bf16, ``"master"`` (the fp32 master tensors) and
 ``"loss_scale"`` (the loss scaler's scalars). For stage 0 the basic optimizer is the optimizer;
 for stages 1/2 its state is *this rank's partition* (flat exp_avg/exp_avg_sq), so a resume needs
-the same world size (checked) and every rank must save and load its own state. In fp32 the
-master copy is not saved: fix 2 above rebuilds it from the weights the trainer restores. The
-mixed-precision entries are untested here (no GPU); ``deepspeed``'s ``save_checkpoint`` is the
-alternative for those runs.
+the same world size and rank (checked) and every rank must save and load its own state. In fp32
+the master copy is not saved: fix 2 above rebuilds it from the weights the trainer restores.
+The mixed-precision entries were exercised on CPU with bf16 forced on (DeepSpeed's CPU
+accelerator runs bf16; stages 0-2 resume exactly); fp16 (dynamic loss scaling) and the CUDA
+optimizers (FusedAdam, FP16_Optimizer) are untested here, having no GPU.
 """
 
 from __future__ import annotations
@@ -125,8 +126,9 @@ log = logging.getLogger(__name__)
 
 _LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 _COUNTERS = ("global_steps", "global_samples", "micro_steps", "skipped_steps")
-# where DeepSpeed's optimizers keep fp32 master weights: ZeRO-1/2, BF16_Optimizer, FP16_Optimizer
-_MASTER_ATTRS = ("single_partition_of_fp32_groups", "fp32_groups_flat_partition", "fp32_groups_flat")
+# where DeepSpeed's optimizers keep fp32 master weights: ZeRO-1/2, BF16_Optimizer, FP16_Optimizer,
+# FP16_UnfusedOptimizer (a list of lists)
+_MASTER_ATTRS = ("single_partition_of_fp32_groups", "fp32_groups_flat_partition", "fp32_groups_flat", "fp32_groups")
 # the ZeRO-1/2 internals the shared-parameter handling relies on (DeepSpeed 0.19)
 _ZERO_API = ("refresh_fp32_params", "create_gradient_handling_hooks", "clear_backward_seen_flag", "_grad_acc_hooks")
 
@@ -372,7 +374,8 @@ class DeepSpeedEngine:
     def _master_tensors(self) -> list[torch.Tensor]:
         for attr in _MASTER_ATTRS:
             if hasattr(self.optimizer, attr):
-                return list(getattr(self.optimizer, attr))
+                groups = getattr(self.optimizer, attr)
+                return [t for g in groups for t in (g if isinstance(g, (list, tuple)) else [g])]
         return []
 
     def _loss_scaler(self):
@@ -380,11 +383,25 @@ class DeepSpeedEngine:
 
     # --- teardown ------------------------------------------------------------------------------
     def close(self) -> None:
-        """Leave the registry and release DeepSpeed's hooks (optional; for long-lived processes)."""
+        """Leave the registry and release DeepSpeed's hooks and buffers. Also done (without
+        DeepSpeed's ``destroy``) when the engine is garbage-collected, so that a dropped engine's
+        ZeRO gradient hooks never fire on parameters that live on in another engine."""
+        self._release()
+        self.engine.destroy()
+
+    def _release(self) -> None:
         _LIVE.discard(self)
         for peer in list(self._peers):
             peer._peers.discard(self)
+        self._detach_grad_hooks()
         for handle in ("module_forward_pre_hook", "module_forward_post_hook"):
             if getattr(self.engine, handle, None) is not None:
                 getattr(self.engine, handle).remove()
-        self.engine.destroy()
+                setattr(self.engine, handle, None)
+
+    def __del__(self):
+        try:
+            if hasattr(self, "engine"):
+                self._release()
+        except Exception:  # interpreter shutdown, half-built engine: nothing left to protect
+            pass
