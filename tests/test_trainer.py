@@ -1,5 +1,7 @@
 """Algorithm 1 on a small learnable problem: the phases do what the paper says, and it learns."""
 
+import math
+
 import numpy as np
 import polars as pl
 import pytest
@@ -155,3 +157,16 @@ def test_resume_from_a_checkpoint_continues_exactly(tmp_path):
     for name, p in model.state_dict().items():
         assert torch.equal(p, again.state_dict()[name]), name
     assert result["dev"] == expected["dev"] and result["test"] == expected["test"]
+
+
+def test_pretraining_length_in_epochs_and_gradient_accumulation(tmp_path):
+    model, tok, data, y, splits, cfg = build(pretrain_epochs=1.5, rounds=1, tvm_steps_per_round=2, grad_accum=2)
+    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
+    per_epoch = trainer.mlm.batches_per_epoch
+    assert trainer.plan[0] == ("tvm", 0, math.ceil(1.5 * per_epoch))
+    trainer.fit()
+    # two micro-batches per update: every MLM batch of 1.5 epochs (+ round 1) was drawn
+    mlm_updates = len(trainer.history["train/mlm_loss"])
+    assert mlm_updates == math.ceil(1.5 * per_epoch) + 2
+    drawn = 2 * mlm_updates
+    assert len(trainer.mlm._order) == (-drawn) % per_epoch

@@ -27,6 +27,7 @@ Choices where the paper is vague:
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,7 @@ END_TO_END = ("joint", "flattened", "record_view")
 class TrainConfig:
     mode: str = "interleaved"
     pretrain_steps: int = 300
+    pretrain_epochs: float = 0  # > 0: TVM pre-training length in epochs over the train windows instead
     rounds: int = 3
     tvm_steps_per_round: int = 100
     tvm_ka_ratio: float = 2.0  # TVM steps : KA steps in each round
@@ -89,16 +91,20 @@ class TrainConfig:
         return max(1, total // self.rounds)
 
 
-def phase_plan(cfg: TrainConfig) -> list[tuple[str, int, int]]:
-    """``(kind, round, steps)`` for kinds ``tvm``, ``refresh``, ``ka``, ``eval``, ``final``."""
+def phase_plan(cfg: TrainConfig, batches_per_epoch: int | None = None) -> list[tuple[str, int, int]]:
+    """``(kind, round, steps)`` for kinds ``tvm``, ``refresh``, ``ka``, ``eval``, ``final``, ``task``.
+    With ``pretrain_epochs`` the pre-training length is counted in epochs of MLM batches."""
     rounds = range(1, cfg.rounds + 1)
+    pretrain = cfg.pretrain_steps
+    if cfg.pretrain_epochs and batches_per_epoch:
+        pretrain = math.ceil(cfg.pretrain_epochs * batches_per_epoch)
     if cfg.mode == "interleaved":
-        plan = [("tvm", 0, cfg.pretrain_steps)]
+        plan = [("tvm", 0, pretrain)]
         for r in rounds:
             plan += [("tvm", r, cfg.tvm_steps_per_round), ("refresh", r, 0), ("ka", r, cfg.ka_steps_per_round),
                      ("eval", r, 0)]
     elif cfg.mode == "no_interleave":  # every TVM step first, one refresh, then KA only
-        plan = [("tvm", 0, cfg.pretrain_steps + cfg.rounds * cfg.tvm_steps_per_round), ("refresh", 1, 0)]
+        plan = [("tvm", 0, pretrain + cfg.rounds * cfg.tvm_steps_per_round), ("refresh", 1, 0)]
         for r in rounds:
             plan += [("ka", r, cfg.ka_steps_per_round), ("eval", r, 0)]
     else:  # end to end: task steps only
@@ -113,12 +119,13 @@ class InterleavedTrainer(PhasedTrainer):
                  splits: dict[str, np.ndarray], cfg: TrainConfig, workdir: str | Path, **kwargs):
         if cfg.mode not in ("interleaved", "no_interleave"):
             raise ValueError(f"InterleavedTrainer runs interleaved / no_interleave, not {cfg.mode!r}")
-        super().__init__(model, y, splits, cfg, workdir, model.config.task, phase_plan(cfg), **kwargs)
-        self.tok, self.data = tok, data
+        train = data.subset(splits["train"])
+        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed)
+        super().__init__(model, y, splits, cfg, workdir, model.config.task,
+                         phase_plan(cfg, mlm.batches_per_epoch), **kwargs)
+        self.tok, self.data, self.mlm = tok, data, mlm
         self.kr_version: int | None = None
         self.kr: torch.Tensor | None = None
-        train = data.subset(splits["train"])
-        self.mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed)
         n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
         n_ka = sum(n for kind, _, n in self.plan if kind == "ka")
         self.engines = {
