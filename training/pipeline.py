@@ -319,9 +319,10 @@ def stage_score(workdir: str, task_name: str, split: str = "test", progress: boo
     chosen = split_df.filter(pl.col("split") == split)
     objects = storage.read_objects(Path(workdir) / "data", spec.source, ingest_date)
     objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
-    predictions = score_objects(model_dir, objects, progress=progress)
+    bundle = load_bundle(model_dir)  # loaded once: scoring and the run id both read it
+    predictions = score_objects(bundle, objects, progress=progress)
     predictions = predictions.join(chosen.select("sequence_id", "label"), on="sequence_id", how="left")
-    _, _, meta = load_bundle(model_dir)
+    meta = bundle[2]
     predictions = predictions.with_columns(pl.lit(meta["mlflow_run_id"]).alias("mlflow_run_id"))
     path = Path(workdir) / "predictions" / task_name / f"{split}.parquet"
     storage.write_parquet_atomic(predictions, path)
