@@ -16,6 +16,15 @@ ships ``max_length`` 128-256) is switched off: a value must never be cut silentl
 
 Values repeat a lot in logs (the same template, the same ports), so :meth:`encode_many`
 tokenises each distinct string once.
+
+Choice (reproducibility): a trained vocabulary has no ``##`` continuation prefix -- a piece
+inside a word is the same token as at its start (``123456789`` -> ``123 456 789``). With the
+prefix, ``tokenizers``' WordPiece trainer creates the ``##`` pieces in hash-map order, and on
+tied pair counts that order picks the merges, so two runs on the same corpus gave different
+vocabularies (huggingface/tokenizers#1794; measured here: 3 runs, 3 vocabularies). Without
+it every id comes from the sorted alphabet and the merges, and the same corpus always gives
+the same vocabulary and ids -- a seeded run is repeatable end to end. A BERT vocabulary
+(:meth:`from_bert`) keeps its own ``##`` pieces.
 """
 
 from __future__ import annotations
@@ -49,13 +58,15 @@ class ValueTokenizer:
 
     @classmethod
     def train(cls, texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2) -> ValueTokenizer:
-        tok = Tokenizer(models.WordPiece(unk_token=UNK))
+        # no "##" prefix: deterministic training (module docstring); the decoder, which joins
+        # only "##" pieces, then puts a space between every two tokens
+        tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix=""))
         tok.normalizer = normalizers.BertNormalizer(lowercase=True)
         tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
         tok.decoder = decoders.WordPiece()
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=SPECIAL_TOKENS,
-            show_progress=False,
+            show_progress=False, continuing_subword_prefix="",
         )
         tok.train_from_iterator(texts, trainer)
         return cls(tok)

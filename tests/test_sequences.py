@@ -114,3 +114,29 @@ def test_truncate_mode_is_counted_in_the_logs(caplog):
     with caplog.at_level(logging.WARNING, logger="seqenc.sequences"):
         data = tokenize_value_sequences(seqs, tok, max_len=16, mode="window")
     assert data.dropped_values == 0 and len(data.windows) > 1 and "did not fit" not in caplog.text
+
+
+TRAIN_VOCAB = """
+import random, sys
+from seqenc.tokenizer import ValueTokenizer
+rng = random.Random(0)
+texts = [f"{rng.choice(['alpha', 'beta', 'gamma'])}-{rng.randint(0, 10 ** rng.randint(1, 9))} /x/{rng.randint(0, 999)}"
+         for _ in range(20000)]
+ValueTokenizer.train(texts, vocab_size=1024).save(sys.argv[1])
+"""
+
+
+def test_trained_vocabulary_is_the_same_in_every_process(tmp_path):
+    """Same corpus, separate processes (fresh hash seeds): the same vocabulary and ids. With a
+    "##" continuation prefix the tokenizers trainer gave a different vocabulary in each of 3 runs."""
+    import subprocess
+    import sys
+
+    outs = []
+    for i in range(3):
+        path = tmp_path / f"tok{i}.json"
+        subprocess.run([sys.executable, "-c", TRAIN_VOCAB, str(path)], check=True, timeout=120)
+        outs.append(path.read_text())
+    assert outs[0] == outs[1] == outs[2]
+    tok = ValueTokenizer.from_file(tmp_path / "tok0.json")
+    assert tok.vocab_size == 1024 and tok.tokenizer.token_to_id("[VAL_SEP]") is not None
