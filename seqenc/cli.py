@@ -294,12 +294,14 @@ def build_parser() -> argparse.ArgumentParser:
     bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
     bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bp.set_defaults(func=cmd_bench_parse)
-    ba = bsub.add_parser("accuracy", help="every training mode and a count baseline on four datasets, same splits")
+    ba = bsub.add_parser("accuracy", help="every training mode and a count baseline on four datasets (five on request), same splits")
     ba.add_argument("--data", required=True, help="the shared data folder (hdfs_deeplog/, loghub/)")
     ba.add_argument("--json", required=True, help="output JSON (.md table, .png plot, .datasets.json beside it)")
-    ba.add_argument("--datasets", default="hdfs,bgl,milestone,value_anomaly")
+    ba.add_argument("--datasets", default="hdfs,bgl,milestone,value_anomaly",
+                    help="datasets (next_item too, on request: recall@k on generated purchase histories)")
     ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
-                    help="training modes (joint too, on request); count_lr always runs")
+                    help="training modes (on request also joint, and interleaved+rvd: with replaced-value "
+                         "detection); count_lr always runs")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
                     help="dataset size limit (hdfs: lines per file, default 3000; others: see training.benchdata)")

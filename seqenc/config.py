@@ -45,6 +45,14 @@ class TVMKAConfig:
     # --- DropHead on the shared heads, TVM only, training only (paper: 0.2) ----------------
     drophead: float = 0.2
 
+    # --- replaced-value detection (RVD): an optional second TVM objective --------------------
+    # The paper trains the TVM with MLM alone, which never trains position 0, so KR(k) only
+    # summarises S(k) by chance. With RVD on, a linear head on the [CLS] output learns, in the
+    # TVM steps, whether one value of S(k) was swapped for a value of the same key from another
+    # sequence (training.data.MLMBatches), so KR(k) carries "these values disagree". Off by
+    # default (the paper); ``seqenc bench accuracy --modes interleaved+rvd`` measures it.
+    replaced_value_detection: bool = False
+
     # --- value sequences longer than the window ---------------------------------------------
     # "window": split S(k) into windows that each start with [CLS] k [VAL_SEP] and mean-pool
     # the windows' [CLS] vectors into KR(k); "truncate": keep only the most recent values.

@@ -141,6 +141,8 @@ class TemporalValueModeler(nn.Module):
         self.mlm_act = ACTIVATIONS[config.hidden_act]()
         self.mlm_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        # replaced-value detection on the [CLS] output (config.replaced_value_detection)
+        self.rvd_head = nn.Linear(config.d_model, 1) if config.replaced_value_detection else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # [B, L] ids, [B, L] bool -> [B, L, d_model]
@@ -155,13 +157,29 @@ class TemporalValueModeler(nn.Module):
         h = self.mlm_norm(self.mlm_act(self.mlm_dense(hidden)))
         return h @ self.embeddings.word.weight.T + self.mlm_bias
 
-    def mlm_loss(self, input_ids, attention_mask, labels) -> torch.Tensor:
-        """Cross-entropy on positions whose label is not -100 (only those are decoded)."""
+    def mlm_loss(self, input_ids, attention_mask, labels, replaced: torch.Tensor | None = None):
+        """Cross-entropy on positions whose label is not -100 (only those are decoded).
+
+        With ``replaced`` ([B, L] bool, training.data.MLMBatches: at [CLS] "a value of this row
+        was swapped", elsewhere "this token is part of the swapped value") returns ``(mlm,
+        rvd)``: the MLM loss and the RVD head's binary cross-entropy, the mean over the [CLS]
+        positions plus the mean over all other real positions (equal weights: KR(k) is the [CLS]
+        output, so its answer counts as much as all the tokens'). One forward pass serves both."""
         hidden = self(input_ids, attention_mask)
         picked = labels != -100
-        if not picked.any():
-            return hidden.sum() * 0.0
-        return F.cross_entropy(self.mlm_logits(hidden[picked]), labels[picked])
+        mlm = F.cross_entropy(self.mlm_logits(hidden[picked]), labels[picked]) if picked.any() \
+            else hidden.sum() * 0.0
+        if replaced is None:
+            return mlm
+        if self.rvd_head is None:
+            raise ValueError("replaced-value labels given, but config.replaced_value_detection is off")
+        logits = self.rvd_head(hidden).squeeze(-1)  # [B, L]
+        target = replaced.float()
+        cls = F.binary_cross_entropy_with_logits(logits[:, 0], target[:, 0])
+        tokens = attention_mask.clone()
+        tokens[:, 0] = False
+        per_token = F.binary_cross_entropy_with_logits(logits[tokens], target[tokens]) if tokens.any() else cls * 0.0
+        return mlm, cls + per_token
 
 
 def pool_windows(cls_vectors: torch.Tensor, owner: torch.Tensor, n_keys: int) -> torch.Tensor:

@@ -1,12 +1,15 @@
 """``seqenc bench accuracy``: every training mode and a count baseline, same splits, one run.
 
-For each dataset of training.benchdata (``hdfs``, ``bgl``, ``milestone``, ``value_anomaly``):
+For each dataset of training.benchdata (``hdfs``, ``bgl``, ``milestone``, ``value_anomaly``; on
+request ``next_item``):
 value sequences S(k) from the dataset's objects, a WordPiece vocabulary from its train split,
-then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; ``joint`` on
-request) trained with the demo's model and step sizes and the same seed, evaluated on the test
+then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; on request
+``joint`` and ``interleaved+rvd``, interleaved with replaced-value detection, seqenc.config)
+trained with the demo's model and step sizes and the same seed, evaluated on the test
 split (binary threshold fitted on dev), next to scikit-learn logistic regression on event-count
 vectors (``count_lr``). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
-"micro_f1", "seconds"}}}`` (precision/recall/f1 are null for C-way tasks), plus a Markdown table
+"micro_f1", "seconds"}}}`` (precision/recall/f1 are null for C-way tasks; next_item rows have
+every F1 null and add ``recall_at_1``, ``recall_at_5``, ``recall_at_10``, ``mrr``), plus a Markdown table
 and a bar plot beside it, and ``OUT.datasets.json`` with how each dataset was built and split.
 """
 
@@ -23,34 +26,58 @@ import polars as pl
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
-from training.benchdata import DATASETS, BenchDataset, count_baseline, load_dataset
+from training.benchdata import BenchDataset, count_baseline, load_dataset
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.pipeline import SIZES, vocab_and_windows
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
+from training.trainer import MODES as MODES_ALL
 
 log = logging.getLogger(__name__)
 
 MODES = ("interleaved", "no_interleave", "flattened", "record_view")
+# next_item (training.benchdata) runs on request: its 1,500 histories of 20-60 purchases are
+# about twice the tokens of the others and take ~10 min a TVM mode on 2 cores
+DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
+# "<mode>+<variant>": the mode with model options; rvd = replaced-value detection (seqenc.config)
+VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}}
 FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
+RANKING = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr")  # next_item rows add these
 # hdfs: sequences per file kept for training time on 2 cores (the full files: 4,855 + 16,838)
 DEFAULT_LIMITS = {"hdfs": 3000}
 
 
 def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
                 progress: bool) -> dict:
+    outputs = {"n_items": len(ds.class_names)} if ds.task == "next_item" else \
+        {"n_classes": len(ds.class_names), "class_names": list(ds.class_names)}
+    base, variant = _variant(mode)
     config = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
-                            "task": ds.task, "n_classes": len(ds.class_names), "class_names": list(ds.class_names)})
-    cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": mode})
+                            "task": ds.task, **outputs, **VARIANTS[variant]})
+    cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": base})
     t0 = time.time()
     model = TVMKA(config)
-    if mode in END_TO_END:
-        model, inputs = comparison_model(mode, config, data, tok, ds.objects, ds.exclude_keys)
+    if base in END_TO_END:
+        model, inputs = comparison_model(base, config, data, tok, ds.objects, ds.exclude_keys)
         trainer = EndToEndTrainer(model, inputs, y, splits, cfg, workdir / mode, ds.task, len(ds.class_names),
                                   progress=progress)
     else:
         trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, workdir / mode, progress=progress)
     test = trainer.fit()["test"]
-    return {f: test.get(f) for f in FIELDS[:-1]} | {"seconds": round(time.time() - t0, 1)}
+    return _row(test, ds.task) | {"seconds": round(time.time() - t0, 1)}
+
+
+def _variant(mode: str) -> tuple[str, str]:
+    """``"interleaved+rvd"`` -> ("interleaved", "rvd"); a plain mode -> (mode, "")."""
+    base, _, variant = mode.partition("+")
+    if base not in MODES_ALL or variant not in VARIANTS or (variant and base in END_TO_END):
+        raise ValueError(f"unknown bench mode {mode!r}: a training mode ({', '.join(MODES_ALL)}), "
+                         "interleaved / no_interleave optionally with +rvd")
+    return base, variant
+
+
+def _row(metrics: dict, task: str) -> dict:
+    """The contracted FIELDS (None where the task has no such metric), plus RANKING for next_item."""
+    return {f: metrics.get(f) for f in FIELDS[:-1] + (RANKING if task == "next_item" else ())}
 
 
 def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool) -> dict:
@@ -70,7 +97,7 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
         log.info("%s %s: %s", ds.name, mode, out[mode])
     t0 = time.time()
     counts = count_baseline(ds, seed)
-    out["count_lr"] = {f: counts.get(f) for f in FIELDS[:-1]} | {"seconds": round(time.time() - t0, 1)}
+    out["count_lr"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
     return out
 
 
@@ -90,11 +117,12 @@ def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str 
 
 
 def accuracy_table(results: dict) -> str:
-    lines = ["| dataset | mode | precision | recall | F1 | macro F1 | micro F1 | seconds |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| dataset | mode | precision | recall | F1 | macro F1 | micro F1 | seconds | recall@1 | recall@5 "
+             "| recall@10 | MRR |", "|---|---|" + "---:|" * 10]
     for name, modes in results.items():
         for mode, r in modes.items():
-            cells = ["" if r[f] is None else (f"{r[f]:.3f}" if f != "seconds" else f"{r[f]:.0f}") for f in FIELDS]
+            cells = ["" if r.get(f) is None else (f"{r[f]:.3f}" if f != "seconds" else f"{r[f]:.0f}")
+                     for f in FIELDS + RANKING]
             lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -113,7 +141,8 @@ def write_accuracy_outputs(results: dict, described: dict, json_path) -> list[Pa
     info.write_text(json.dumps(described, indent=2))
     fig, axes = plt.subplots(1, len(results), figsize=(4.5 * len(results), 3.6), squeeze=False)
     for ax, (name, modes) in zip(axes[0], results.items()):
-        headline = "f1" if all(r["f1"] is not None for r in modes.values()) else "macro_f1"
+        headline = next(f for f in ("f1", "macro_f1", "recall_at_10")
+                        if all(r.get(f) is not None for r in modes.values()))
         ax.bar(list(modes), [modes[m][headline] for m in modes], color="tab:blue")
         ax.set_title(f"{name} (test {headline})")
         ax.set_ylim(0, 1)

@@ -8,7 +8,9 @@ label per sequence and a fixed train/dev/test split (:class:`BenchDataset`):
 * ``bgl`` -- the real ``loghub/BGL/BGL_2k.log`` through the real log ingest (node x 1 h windows);
 * ``milestone`` -- the demo's generated user sessions through the real JSON events ingest;
 * ``value_anomaly`` -- generated HDFS-like logs whose anomalies show only in parameter values
-  (parsers.value_anomaly), through the real log ingest.
+  (parsers.value_anomaly), through the real log ingest;
+* ``next_item`` -- generated Instacart-like purchase histories (parsers.purchases) through the
+  real JSON events ingest; the target is the next product (task ``next_item``, recall@k).
 
 Choices:
 
@@ -38,20 +40,22 @@ import polars as pl
 
 from parsers import storage
 
-DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
+DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly", "next_item")
 BINARY = ("Normal", "Anomaly")
 INGEST_DATE = "2000-01-01"
 MILESTONE_SESSIONS = 1200
 VALUE_ANOMALY_BLOCKS = 1500
 VALUE_ANOMALY_RATE = 0.1
+NEXT_ITEM_USERS = 1500
+NEXT_ITEM_PRODUCTS = 200
 SPLITS = ("train", "dev", "test")
 
 
 @dataclass
 class BenchDataset:
     name: str  # "hdfs" | "bgl" | "milestone" | "value_anomaly"
-    task: str  # "binary" | "multiclass"
-    class_names: tuple[str, ...]
+    task: str  # "binary" | "multiclass" | "next_item"
+    class_names: tuple[str, ...]  # next_item: the catalogue
     objects: pl.DataFrame  # long form, exactly the OBJECTS_SCHEMA columns and types
     labels: pl.DataFrame  # sequence_id, label: one per sequence of objects
     split: pl.DataFrame  # sequence_id, split in {"train", "dev", "test"}
@@ -61,7 +65,11 @@ class BenchDataset:
     info: dict = field(default_factory=dict)  # paths, ingest report, generator report
 
     def counts(self) -> dict[str, dict[str, int]]:
-        """Number of sequences per split and class: ``{"train": {"Normal": n, ...}, ...}``."""
+        """Number of sequences per split and class: ``{"train": {"Normal": n, ...}, ...}``
+        (next_item: per split only, ``{"train": {"sequences": n}, ...}``; the catalogue is large)."""
+        if self.task == "next_item":
+            n = dict(self.split.group_by("split").len().iter_rows())
+            return {s: {"sequences": n.get(s, 0)} for s in SPLITS}
         rows = self.split.join(self.labels, on="sequence_id").group_by("split", "label").len().iter_rows()
         out = {s: dict.fromkeys(self.class_names, 0) for s in SPLITS}
         for split, label, n in rows:
@@ -72,12 +80,14 @@ class BenchDataset:
 def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None = None) -> BenchDataset:
     """Build one dataset. ``data_dir`` holds the real data (``hdfs_deeplog/``, ``loghub/``);
     ``workdir`` receives generated and ingested files. ``limit`` caps the size: hdfs lines kept
-    per file (before splitting), bgl log lines read, milestone sessions, value_anomaly blocks."""
+    per file (before splitting), bgl log lines read, milestone sessions, value_anomaly blocks,
+    next_item users."""
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    loader = {"hdfs": _hdfs, "bgl": _bgl, "milestone": _milestone, "value_anomaly": _value_anomaly}[name]
+    loader = {"hdfs": _hdfs, "bgl": _bgl, "milestone": _milestone, "value_anomaly": _value_anomaly,
+              "next_item": _next_item}[name]
     ds = loader(Path(data_dir), Path(workdir), seed, limit)
     _check(ds)
     return ds
@@ -296,6 +306,36 @@ def _value_anomaly(data_dir: Path, workdir: Path, seed: int, limit: int | None) 
     return _finish(ds)
 
 
+def _next_item(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+    from parsers.events import ingest_events
+    from parsers.logs import ingest_labels
+    from parsers.purchases import catalogue, generate_purchases
+
+    raw, root = _fresh(workdir, "next_item")
+    n = limit or NEXT_ITEM_USERS
+    gen = generate_purchases(raw / "purchases.jsonl", raw / "purchases_labels.csv", n_users=n,
+                             n_products=NEXT_ITEM_PRODUCTS, seed=seed)
+    report = ingest_events(raw / "purchases.jsonl", root, source="purchases", ingest_date=INGEST_DATE)
+    ingest_labels(raw / "purchases_labels.csv", root, "purchases", id_column="session_id", label_column="label")
+    objects, labels = _labelled(storage.read_objects(root, "purchases", INGEST_DATE),
+                                storage.read_labels(root, "purchases"))
+    # one stratum: a split stratified by target product would leave most products' few users in train
+    split = stratified_split(labels.with_columns(label=pl.lit("all")), seed)
+    ds = BenchDataset(
+        "next_item", "next_item", tuple(catalogue(NEXT_ITEM_PRODUCTS)), _as_objects(objects), labels, split,
+        "product", ("event_type",),
+        f"Generated Instacart-like purchase histories (parsers.purchases, {n} users, {NEXT_ITEM_PRODUCTS} "
+        f"products, seed {seed}): each user buys a personal routine of 3-8 products in a fixed cyclic order, "
+        "with 25 % impulse buys from a Zipf-like popularity; the target is the product bought next (the "
+        "routine's next product with probability 0.9). JSON Lines through the real events ingest, one "
+        "sequence per user, one object per purchase (product, aisle, department, order_dow, order_hour, "
+        "add_to_cart_order, reordered). Left out of the value sequences: event_type (always 'purchase'). "
+        f"Task next_item over the whole catalogue, scored by recall@1/5/10 and MRR. Split: seeded random "
+        f"(seed {seed}): round(20%) test, round(20%) dev, rest train.",
+        {"raw": str(raw), "generator": gen, "ingest": report})
+    return _finish(ds)
+
+
 # --------------------------------------------------------------------------- count baseline
 
 
@@ -319,11 +359,12 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
 
     Binary: the threshold on P(Anomaly) maximising F1 on dev (training.metrics.best_threshold);
     precision / recall / f1 of the Anomaly class plus macro / micro F1. Multiclass: arg-max
-    prediction; macro / micro F1 (precision, recall, f1 are None). ``seconds``: vectorising,
-    fitting and predicting."""
+    prediction; macro / micro F1 (precision, recall, f1 are None). Next item: items ranked by
+    the predicted probability (a catalogue item never a train target scores 0); recall@k and
+    MRR. ``seconds``: vectorising, fitting and predicting."""
     from sklearn.linear_model import LogisticRegression
 
-    from training.metrics import best_threshold, predict, task_metrics
+    from training.metrics import best_threshold, predict, ranking_metrics, task_metrics
 
     start = time.perf_counter()
     ids, X, vocab = count_vectors(ds)
@@ -345,9 +386,12 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
         threshold = best_threshold(y[part["dev"]], probs(part["dev"])[:, 1])
         pred = predict(test_probs, "binary", threshold)
         result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold)
+    elif ds.task == "next_item":
+        result.update(ranking_metrics(y[part["test"]], test_probs), micro_f1=None, macro_f1=None)
     else:
         pred = predict(test_probs, "multiclass")
-    result.update(task_metrics(y[part["test"]], pred, "multiclass"))
+    if ds.task != "next_item":
+        result.update(task_metrics(y[part["test"]], pred, "multiclass"))
     result.update(seconds=round(time.perf_counter() - start, 3), vocab=len(vocab),
                   n_train=int(part["train"].sum()), n_test=int(part["test"].sum()))
     return result

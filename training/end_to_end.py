@@ -58,7 +58,7 @@ class EndToEndTrainer(PhasedTrainer):
         total = sum(n for kind, _, n in self.plan if kind == "task")
         self.engines = {"model": make_engine(model, cfg.lr_task, cfg.weight_decay, cfg.warmup_steps, total,
                                              cfg.grad_clip, cfg.deepspeed)}
-        self.weights = class_weights(y[splits["train"]], n_classes)
+        self.weights = class_weights(y[splits["train"]], n_classes, task)
         self.rng = np.random.default_rng(cfg.seed)
 
     def run_phase(self, kind: str, round_no: int, steps: int) -> dict | None:

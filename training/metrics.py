@@ -4,6 +4,12 @@
   threshold on P(positive) is the one that maximises F1 on the dev split; the test split is
   then scored with that threshold.
 * multiclass (milestone): micro and macro F1 of the arg-max prediction.
+* next_item (retrieval over a catalogue, TVM-KA paper's Instacart task): recall@k for k in
+  RANK_KS -- the share of sequences whose true next item is among the k best-scored items (one
+  target per sequence, so recall@k is the hit rate at k) -- and the mean reciprocal rank. Metric
+  names are ``recall_at_<k>`` and ``mrr`` (MLflow refuses "@" in metric names); the headline is
+  recall_at_10, the paper's Table 2 column. Ties are ranked pessimistically (an item scored
+  equal to the target counts as ahead of it), so a constant model scores no better than chance.
 """
 
 from __future__ import annotations
@@ -51,9 +57,30 @@ def task_metrics(y: np.ndarray, pred: np.ndarray, task: str) -> dict[str, float]
     return out
 
 
+RANK_KS = (1, 5, 10)
+
+
+def ranking_metrics(y: np.ndarray, scores: np.ndarray, ks: tuple[int, ...] = RANK_KS) -> dict[str, float]:
+    """Next-item retrieval: y [N] true item ids, scores [N, n_items] -> recall_at_<k> and mrr."""
+    if len(y) == 0:
+        return {**{f"recall_at_{k}": 0.0 for k in ks}, "mrr": 0.0}
+    target = scores[np.arange(len(y)), y][:, None]
+    rank = (scores >= target).sum(axis=1)  # 1 = best; ties count against the target
+    out = {f"recall_at_{k}": float((rank <= k).mean()) for k in ks}
+    out["mrr"] = float((1.0 / rank).mean())
+    return out
+
+
+def split_metrics(y: np.ndarray, probs: np.ndarray, task: str, threshold: float = 0.5) -> dict[str, float]:
+    """The metrics of one split from the model's probabilities [N, n_outputs], for any task."""
+    if task == "next_item":
+        return ranking_metrics(y, probs)
+    return task_metrics(y, predict(probs, task, threshold), task)
+
+
 def headline(task: str) -> str:
     """The dev metric that picks thresholds, rounds and champions."""
-    return "f1" if task == "binary" else "macro_f1"
+    return {"binary": "f1", "next_item": "recall_at_10"}.get(task, "macro_f1")
 
 
 def plot_confusion(y: np.ndarray, pred: np.ndarray, class_names: list[str], path, title: str) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from training.checkpoint import Checkpointer, restore_rng, rng_state
-from training.metrics import best_threshold, headline, predict, task_metrics
+from training.metrics import best_threshold, headline, split_metrics
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class PhasedTrainer:
         out = {"threshold": threshold, "probs": probs}
         for split in ("dev", "test"):
             idx = self.splits[split]
-            out[split] = task_metrics(self.y[idx], predict(probs[idx], self.task, threshold), self.task)
+            out[split] = split_metrics(self.y[idx], probs[idx], self.task, threshold)
         return out
 
     def log_dev(self, round_no: int) -> dict:

@@ -1,6 +1,7 @@
 """Interleaved TVM-KA training (TVM-KA paper, Algorithm 1 and section 3.3), resumable.
 
-    1. TVM masked-LM pre-training (DropHead on the shared heads).
+    1. TVM masked-LM pre-training (DropHead on the shared heads); with the model option
+       ``replaced_value_detection`` every TVM step also trains the RVD head on [CLS].
     2. For each of ``rounds`` rounds:
          a. TVM masked-LM steps (DropHead on),
          b. refresh the cache of KR(k) with the TVM in eval mode (written to disk; the KA reads
@@ -48,6 +49,7 @@ from training.phased import PhasedTrainer
 log = logging.getLogger(__name__)
 
 MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view")
+RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on
 END_TO_END = ("joint", "flattened", "record_view")
 
 
@@ -120,7 +122,11 @@ class InterleavedTrainer(PhasedTrainer):
         if cfg.mode not in ("interleaved", "no_interleave"):
             raise ValueError(f"InterleavedTrainer runs interleaved / no_interleave, not {cfg.mode!r}")
         train = data.subset(splits["train"])
-        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed)
+        rvd = {}  # replaced-value detection (seqenc.config): swapped values, half the rows
+        if model.config.replaced_value_detection:
+            rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
+                   "max_len": model.config.max_positions}
+        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed, **rvd)
         super().__init__(model, y, splits, cfg, workdir, model.config.task,
                          phase_plan(cfg, mlm.batches_per_epoch), **kwargs)
         self.tok, self.data, self.mlm = tok, data, mlm
@@ -133,7 +139,8 @@ class InterleavedTrainer(PhasedTrainer):
                                cfg.deepspeed),
             "ka": make_engine(model.ka, cfg.lr_ka, cfg.weight_decay, min(cfg.warmup_steps, n_ka // 4), n_ka,
                               cfg.grad_clip, cfg.deepspeed)}
-        self.weights = class_weights(y[splits["train"]], model.config.n_classes)
+        self.weights = class_weights(y[splits["train"]], model.config.n_outputs,
+                                     model.config.task)
         self.rng = np.random.default_rng(cfg.seed)
 
     # --- phases --------------------------------------------------------------------------------
@@ -158,13 +165,15 @@ class InterleavedTrainer(PhasedTrainer):
     def tvm_steps(self, steps: int, name: str) -> None:
         for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
             self.model.train()
-            losses = []
+            metrics = {}
             for _ in range(self.cfg.grad_accum):
-                ids, mask, labels = next(self.mlm)
-                loss = self.model.tvm.mlm_loss(ids, mask, labels) / self.cfg.grad_accum
-                self.engines["tvm"].backward(loss)
-                losses.append(loss.item())
-            self.update(self.engines["tvm"], {"train/mlm_loss": sum(losses)})
+                losses = self.model.tvm.mlm_loss(*next(self.mlm))
+                losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
+                                  else (losses,)))
+                self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
+                for name, loss in losses.items():
+                    metrics[name] = metrics.get(name, 0.0) + loss.item() / self.cfg.grad_accum
+            self.update(self.engines["tvm"], metrics)
 
     def refresh_cache(self, version: int) -> None:
         """KR(k) of every key of every sequence, with the TVM in eval mode, via disk."""
