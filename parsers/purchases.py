@@ -24,12 +24,11 @@ in time order. ``seed`` fixes everything.
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
-import json
 import logging
 import random
-from pathlib import Path
+
+from parsers.synthetic import write_events_and_labels
 
 logger = logging.getLogger(__name__)
 
@@ -79,18 +78,7 @@ def generate_purchases(events_path, labels_path, n_users: int = 1500, n_products
             t += dt.timedelta(hours=rng.choice((0.01, 0.02, 24 * 7, 24 * 14)))
         target = routine[cursor] if rng.random() < 0.9 else rng.choices(range(n_products), popularity)[0]
         labels[uid] = product_name(target)
-    rows.sort(key=lambda r: (r[0], r[1]))
-
-    events_path, labels_path = Path(events_path), Path(labels_path)
-    for path in (events_path, labels_path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with events_path.open("w", encoding="utf-8") as fh:
-        for _, _, ev in rows:
-            fh.write(json.dumps(ev, separators=(",", ":")) + "\n")
-    with labels_path.open("w", encoding="utf-8", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["session_id", "label"])
-        w.writerows(labels.items())
+    write_events_and_labels(rows, labels, events_path, labels_path)
     logger.info("wrote %d purchases of %d users (%d products) to %s", len(rows), n_users, n_products, events_path)
     return {"events_path": str(events_path), "labels_path": str(labels_path), "events": len(rows),
             "users": n_users, "products": n_products, "distinct_targets": len(set(labels.values()))}

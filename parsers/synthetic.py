@@ -322,6 +322,22 @@ def _payload(rng: random.Random, etype: str, c: str, state: dict) -> dict:
     return {"method": rng.choice(("password", "sso", "github")), "mfa": rng.random() < 0.5}
 
 
+def write_events_and_labels(rows: list[tuple], labels: dict[str, str], events_path, labels_path) -> None:
+    """Events ``(ts, order, event dict)`` as JSON Lines in time order (stable: ties keep their
+    generation order) and ``session_id,label`` rows as CSV."""
+    rows = sorted(rows, key=lambda r: (r[0], r[1]))
+    events_path, labels_path = Path(events_path), Path(labels_path)
+    for path in (events_path, labels_path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    with events_path.open("w", encoding="utf-8") as fh:
+        for _, _, ev in rows:
+            fh.write(json.dumps(ev, separators=(",", ":")) + "\n")
+    with labels_path.open("w", encoding="utf-8", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["session_id", "label"])
+        w.writerows(labels.items())
+
+
 def generate_session_events(events_path, labels_path, n_sessions: int = 1500, seed: int = 0) -> dict:
     """Write JSON Lines session events and a ``session_id,label`` CSV.
 
@@ -359,18 +375,7 @@ def generate_session_events(events_path, labels_path, n_sessions: int = 1500, se
             rows.append((t, len(rows), ev))
             t += dt.timedelta(seconds=rng.expovariate(1 / 20))
         labels[sid] = rng.choice(SESSION_LABELS) if rng.random() < 0.05 else label
-    rows.sort(key=lambda r: (r[0], r[1]))
-
-    events_path, labels_path = Path(events_path), Path(labels_path)
-    events_path.parent.mkdir(parents=True, exist_ok=True)
-    labels_path.parent.mkdir(parents=True, exist_ok=True)
-    with events_path.open("w", encoding="utf-8") as fh:
-        for _, _, ev in rows:
-            fh.write(json.dumps(ev, separators=(",", ":")) + "\n")
-    with labels_path.open("w", encoding="utf-8", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["session_id", "label"])
-        w.writerows(labels.items())
+    write_events_and_labels(rows, labels, events_path, labels_path)
     counts = {lab: sum(1 for v in labels.values() if v == lab) for lab in SESSION_LABELS}
     logger.info("wrote %d events of %d sessions to %s", len(rows), n_sessions, events_path)
     return {
