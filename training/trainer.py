@@ -49,8 +49,8 @@ from training.phased import PhasedTrainer
 log = logging.getLogger(__name__)
 
 MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view")
-RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on
 END_TO_END = ("joint", "flattened", "record_view")
+RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on
 
 
 @dataclass
@@ -139,8 +139,7 @@ class InterleavedTrainer(PhasedTrainer):
                                cfg.deepspeed),
             "ka": make_engine(model.ka, cfg.lr_ka, cfg.weight_decay, min(cfg.warmup_steps, n_ka // 4), n_ka,
                               cfg.grad_clip, cfg.deepspeed)}
-        self.weights = class_weights(y[splits["train"]], model.config.n_outputs,
-                                     model.config.task)
+        self.weights = class_weights(y[splits["train"]], model.config.n_outputs, model.config.task)
         self.rng = np.random.default_rng(cfg.seed)
 
     # --- phases --------------------------------------------------------------------------------
@@ -171,8 +170,8 @@ class InterleavedTrainer(PhasedTrainer):
                 losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
                                   else (losses,)))
                 self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
-                for name, loss in losses.items():
-                    metrics[name] = metrics.get(name, 0.0) + loss.item() / self.cfg.grad_accum
+                for metric, loss in losses.items():
+                    metrics[metric] = metrics.get(metric, 0.0) + loss.item() / self.cfg.grad_accum
             self.update(self.engines["tvm"], metrics)
 
     def refresh_cache(self, version: int) -> None:
