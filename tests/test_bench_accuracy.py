@@ -20,6 +20,15 @@ def test_bench_accuracy_cli_contract(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
+    # same seed, another process (new hash seeds, new vocabulary training): the same figures
+    again = tmp_path / "again.json"
+    redo = [*cmd[:cmd.index("--json") + 1], str(again), *cmd[cmd.index("--json") + 2:]]
+    redo[redo.index("--datasets") + 1] = "milestone"
+    done = subprocess.run(redo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for mode, metrics in json.loads(again.read_text())["milestone"].items():
+        assert {k: v for k, v in metrics.items() if k != "seconds"} == \
+            {k: v for k, v in result["milestone"][mode].items() if k != "seconds"}, mode
     assert set(result) == {"hdfs", "milestone"}
     for modes in result.values():
         assert set(modes) == {"interleaved", "flattened", "count_lr"}

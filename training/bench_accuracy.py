@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import torch
 
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
@@ -61,6 +62,7 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
                             "task": ds.task, **outputs, **VARIANTS[variant]})
     cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": base})
     t0 = time.time()
+    torch.manual_seed(seed)  # initial weights must not depend on what ran before in this process
     model = TVMKA(config)
     if base in END_TO_END:
         model, inputs = comparison_model(base, config, data, tok, ds.objects, ds.exclude_keys)
