@@ -141,7 +141,7 @@ class TemporalValueModeler(nn.Module):
         self.mlm_act = ACTIVATIONS[config.hidden_act]()
         self.mlm_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.mlm_bias = nn.Parameter(torch.zeros(config.vocab_size))
-        # replaced-value detection on the [CLS] output (config.replaced_value_detection)
+        # replaced-value detection at every position, [CLS] for the row (config.replaced_value_detection)
         self.rvd_head = nn.Linear(config.d_model, 1) if config.replaced_value_detection else None
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

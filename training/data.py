@@ -103,11 +103,11 @@ class MLMBatches:
         if not self._order:  # a new epoch: reshuffle the batch order
             self._order = list(self.rng.permutation(len(self.batches)))
         index = self.batches[self._order.pop()]
-        rows = [self.windows[i] for i in index]
+        swaps = [self._swap(self.windows[i], self.window_keys[i]) for i in index] if self.replace_prob \
+            else [None] * len(index)
+        rows = [self.windows[i] if swap is None else swap[0] for i, swap in zip(index, swaps)]
         replaced = None
         if self.replace_prob:
-            swaps = [self._swap(self.windows[i], self.window_keys[i]) for i in index]
-            rows = [self.windows[i] if swap is None else swap[0] for i, swap in zip(index, swaps)]
             replaced = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.bool)
             for b, swap in enumerate(swaps):
                 if swap is not None:
