@@ -153,12 +153,15 @@ class LineParser:
         return ParsedLine(groups, ts, cluster)
 
 
-def ingest_labels(csv_path, root, source: str, id_column: str | None = None, label_column: str | None = None) -> dict:
+def ingest_labels(csv_path, root, source: str, id_column: str | None = None, label_column: str | None = None,
+                  ingest_date=None, part_stem: str | None = None) -> dict:
     """Write a labels CSV (with header) as ``labels/source=<src>/part-<stem>.parquet``.
 
     ``id_column`` / ``label_column`` default to the first and second CSV column (LogHub's
     ``BlockId,Label``, the session generator's ``session_id,label``). Rows with an empty id or
-    label, or a repeated id, go to rejects (today's partition) with a reason.
+    label, or a repeated id, go to rejects (the ``ingest_date`` partition, default today) with a
+    reason. ``part_stem`` names the part instead of the file's stem (the landing ingest gives
+    each day's ``labels.csv`` its own part, parsers.landing).
     """
     csv_path = Path(csv_path)
     ids, labels, rejects, seen = [], [], [], set()
@@ -177,9 +180,10 @@ def ingest_labels(csv_path, root, source: str, id_column: str | None = None, lab
             seen.add(sid)
             ids.append(sid)
             labels.append(label)
-    path = storage.labels_path(root, source, csv_path)
+    named_as = Path(part_stem + ".csv") if part_stem else csv_path
+    path = storage.labels_path(root, source, named_as)
     storage.write_parquet_atomic(pa.table({"sequence_id": ids, "label": labels}, schema=storage.LABELS_SCHEMA), path)
-    rej_path = storage.write_rejects(root, source, None, csv_path, rejects)
+    rej_path = storage.write_rejects(root, source, ingest_date, named_as, rejects)
     counts: dict[str, int] = {}
     for label in labels:
         counts[label] = counts.get(label, 0) + 1

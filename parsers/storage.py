@@ -391,16 +391,29 @@ def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:
     return pl.from_arrow(pa.concat_tables(tables))
 
 
-def read_objects(root: str | os.PathLike, source: str, ingest_date: str | None = None) -> pl.DataFrame:
+def read_objects(root: str | os.PathLike, source: str,
+                 ingest_date: str | dt.date | list | tuple | None = None) -> pl.DataFrame:
     """Object rows of a source: ``sequence_id, step, ts, key, value, template_id``.
 
     ``ingest_date=None`` reads every ingest date; a date reads only that partition (what a
     pipeline run for one data interval must do, so that re-ingesting the same input under a new
-    date never doubles the values). ``step`` is the position within the input file."""
+    date never doubles the values); a list of dates reads those partitions (missing ones are
+    empty), oldest first. ``step`` is the position within the input file."""
     folder = objects_dir(root, source)
+    if isinstance(ingest_date, (list, tuple)):
+        frames = [read_objects(root, source, d) for d in sorted(ingest_date_str(d) for d in ingest_date)]
+        return pl.concat(frames) if frames else pl.from_arrow(OBJECTS_SCHEMA.empty_table())
     if ingest_date is not None:
         folder = folder / f"ingest_date={ingest_date_str(ingest_date)}"
     return _read_parts(folder, OBJECTS_SCHEMA)
+
+
+def ingest_dates(root: str | os.PathLike, source: str) -> list[str]:
+    """The ingest dates (``YYYY-MM-DD``) that have an objects partition for ``source``, sorted."""
+    folder = objects_dir(root, source)
+    if not folder.exists():
+        return []
+    return sorted(p.name.split("=", 1)[1] for p in folder.glob("ingest_date=*") if p.is_dir())
 
 
 def read_labels(root: str | os.PathLike, source: str) -> pl.DataFrame:

@@ -3,10 +3,12 @@
     seqenc demo --out DIR          the main job on the built-in data (generate, ingest, train, score)
     seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
-    seqenc score --model DIR --input PARQUET_ROOT --source SRC --out FILE
+    seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
     seqenc bench model --json OUT  TVM-KA vs flattened BERT: time and peak memory of one pass
     seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 defaults
     seqenc bench ingest --lines N --json OUT     ingest throughput vs a plain Drain3 loop, peak RSS
+    seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
+    seqenc ui [--workdir DIR]      the MLflow UI on a work directory's runs
 
 Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.
 """
@@ -111,8 +113,53 @@ def cmd_train(args) -> int:
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
                            progress=not args.no_progress)
     print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir")}, indent=2))
-    print(f"MLflow UI: mlflow ui --backend-store-uri {result['tracking_uri']}")
+    from training.tracking import ui_command
+
+    print(f"MLflow UI: {ui_command(result['tracking_uri'])}")
     return 0
+
+
+def cmd_ui(args) -> int:
+    """The MLflow UI on a work directory's store, in the foreground until Ctrl-C."""
+    import os
+    import signal
+    import subprocess
+
+    from training import tracking
+
+    workdir = args.workdir or os.environ.get("SEQENC_WORKDIR") or "demo-out"
+    uri, artifacts = tracking.ui_store(workdir, args.backend_store_uri)
+    if tracking.is_server_uri(uri):
+        print(f"MLflow UI: {uri}")
+        print("(runs are tracked on that server (MLFLOW_TRACKING_URI or --backend-store-uri); "
+              "open it there, nothing is started here)")
+        return 0
+    if uri.startswith("sqlite:") and not tracking.sqlite_path(uri).exists():
+        raise SystemExit(f"seqenc ui: no MLflow store at {tracking.sqlite_path(uri)}; it is created by "
+                         f"`seqenc demo --out {workdir}` or `seqenc train --workdir {workdir} --task ...` "
+                         "(or pass --workdir / --backend-store-uri)")
+    cmd = tracking.ui_server_command(uri, artifacts, args.host, args.port, args.workers)
+    shown = "127.0.0.1" if args.host in ("0.0.0.0", "::") else args.host
+    print(f"MLflow UI: http://{shown}:{args.port}", flush=True)
+    print(f"store: {uri}" + (f"  artifacts: {artifacts}" if artifacts else "") + "  (Ctrl-C stops it)",
+          flush=True)
+    # MLflow 3's server also starts a job runner with seven huey consumer processes (GenAI jobs:
+    # judges, trace rollups) that seqenc never uses; they cost tens of CPU-seconds and outlive a
+    # stopped server by as long. Off unless the user asks for them.
+    env = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **os.environ}
+    # Same process group: Ctrl-C reaches mlflow directly; a SIGTERM to us is passed on (mlflow
+    # hands it to its uvicorn workers).
+    proc = subprocess.Popen(cmd, env=env)
+    signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+    try:
+        return proc.wait()
+    except KeyboardInterrupt:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return 0
 
 
 def cmd_bench_accuracy(args) -> int:
@@ -131,12 +178,14 @@ def cmd_bench_accuracy(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from parsers.storage import read_objects, write_parquet_atomic
-    from training.scoring import score_objects
+    from training.batch_score import score_partitions
 
-    predictions = score_objects(args.model, read_objects(args.input, args.source), progress=not args.no_progress)
-    write_parquet_atomic(predictions, args.out)
-    print(f"scored {predictions.height} sequences -> {args.out}")
+    result = score_partitions(args.model, args.input, args.out, source=args.source, dates=args.date,
+                              tracking_dir=args.tracking_dir, progress=not args.no_progress)
+    version = f" version {result['model_version']}" if result["model_version"] else ""
+    for day in result["dates"]:
+        print(f"{day['date']}: scored {day['sequences']} sequences of {result['source']} with "
+              f"{result['model_uri']}{version} -> {day['predictions']}")
     return 0
 
 
@@ -182,6 +231,22 @@ def cmd_bench_ingest(args) -> int:
     out.write_text(json.dumps(result, indent=2))
     out.with_suffix(".md").write_text(ingest_table(result) + "\n")
     print(ingest_table(result))
+    print(f"wrote {out}, {out.with_suffix('.md')}")
+    return 0
+
+
+def cmd_bench_score(args) -> int:
+    from training.bench_score import ScoreBenchSettings, bench_score, score_table
+
+    settings = ScoreBenchSettings(sequences=args.sequences, baseline_sequences=args.baseline_sequences,
+                                  threads=args.threads, seed=args.seed)
+    out = Path(args.json)
+    workdir = Path(args.workdir or out.with_suffix("")).resolve()
+    result = bench_score(settings, workdir, progress=not args.no_progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    out.with_suffix(".md").write_text(score_table(result) + "\n")
+    print(score_table(result))
     print(f"wrote {out}, {out.with_suffix('.md')}")
     return 0
 
@@ -262,11 +327,36 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true")
     train.set_defaults(func=cmd_train)
 
-    score = sub.add_parser("score", help="score sequences with a saved model bundle")
-    score.add_argument("--model", required=True, help="model bundle directory")
-    score.add_argument("--input", required=True, help="data root holding the objects Parquet")
-    score.add_argument("--source", required=True)
-    score.add_argument("--out", required=True, help="predictions Parquet file")
+    ui = sub.add_parser("ui", help="open the MLflow UI on a work directory's runs (foreground, Ctrl-C stops it)",
+                        description="Serves the MLflow UI on WORKDIR/mlflow.db (artifacts from WORKDIR/mlartifacts), "
+                        "or on MLFLOW_TRACKING_URI when that names a store; when it names a server (http...), "
+                        "prints its URL and starts nothing.")
+    ui.add_argument("--workdir", default=None,
+                    help="work directory holding mlflow.db (default: $SEQENC_WORKDIR, else demo-out)")
+    ui.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    ui.add_argument("--port", type=int, default=5000)
+    ui.add_argument("--backend-store-uri", default=None, metavar="URI",
+                    help="open this store instead (e.g. sqlite:///path/mlflow.db)")
+    ui.add_argument("--workers", type=int, default=1, help="server worker processes (default 1)")
+    ui.set_defaults(func=cmd_ui)
+
+    score = sub.add_parser("score", help="batch-score ingested sequences with a model bundle or a registry URI",
+                           description="Scores each ingest date of a source (or the --date ones) and writes "
+                           "OUT/date=YYYY-MM-DD/part-0.parquet (sequence_id, score, label, prob_<class>..., "
+                           "model_name, model_version), replacing that date's earlier output. The same code "
+                           "runs in the seqenc_batch_score DAG.")
+    score.add_argument("--model", required=True, metavar="URI_OR_DIR",
+                       help="a model bundle directory, or models:/NAME@ALIAS (e.g. models:/seqenc-anomaly@champion), "
+                            "models:/NAME/VERSION, runs:/RUN_ID/model")
+    score.add_argument("--input", required=True, metavar="PARQUET_DIR",
+                       help="data root holding objects/source=<src>/ingest_date=<d>/ (seqenc ingest --root)")
+    score.add_argument("--out", required=True, metavar="DIR", help="predictions folder, partitioned by date")
+    score.add_argument("--source", default=None, help="source to score (default: the model's training source)")
+    score.add_argument("--date", action="append", default=None, metavar="YYYY-MM-DD",
+                       help="ingest date to score (repeatable; default: every date of the source)")
+    score.add_argument("--tracking-dir", default=None, metavar="WORKDIR",
+                       help="where the MLflow store is (WORKDIR/mlflow.db) for registry URIs and the scoring runs; "
+                            "MLFLOW_TRACKING_URI wins when set")
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)
 
@@ -317,6 +407,17 @@ def build_parser() -> argparse.ArgumentParser:
     bi.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bi.add_argument("--seed", type=int, default=0)
     bi.set_defaults(func=cmd_bench_ingest)
+    bs = bsub.add_parser("score", help="batch-scoring throughput of a d_model-256 4-layer TVM-KA (random init) on "
+                         "generated HDFS blocks vs scoring one sequence at a time")
+    bs.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
+    bs.add_argument("--sequences", type=int, default=1000, help="HDFS blocks generated and batch-scored")
+    bs.add_argument("--baseline-sequences", type=int, default=100,
+                    help="of those, how many the one-at-a-time baseline scores (0: no baseline)")
+    bs.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    bs.add_argument("--seed", type=int, default=0)
+    bs.add_argument("--workdir", default=None, help="scratch folder: data, bundle, predictions (default: beside --json)")
+    bs.add_argument("--no-progress", action="store_true")
+    bs.set_defaults(func=cmd_bench_score)
     return parser
 
 

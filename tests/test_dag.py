@@ -1,4 +1,5 @@
-"""The ``seqenc_demo`` Airflow DAG: it parses cheaply, has the expected graph, and runs end to end.
+"""The ``seqenc_demo`` Airflow DAG: it has the expected graph and runs end to end (that every DAG
+file parses cheaply is in test_ops_dags.py).
 
 Airflow reads its configuration (AIRFLOW_HOME, metadata DB, DAGs folder) when it is first imported,
 so everything that imports airflow runs in a subprocess with its own temporary AIRFLOW_HOME and
@@ -7,20 +8,11 @@ SQLite metadata DB: nothing leaks into other tests or into ~/airflow.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
-
 import pytest
+from airflow_run import DAGS, MARK, airflow_env, migrate, run_python
 
-REPO = Path(__file__).resolve().parents[1]
-DAGS = REPO / "dags"
 DAG_FILE = DAGS / "seqenc_demo.py"
 DAG_ID = "seqenc_demo"
-MARK = "RESULT-JSON:"
 
 EDGES = {
     ("generate", "ingest_logs"),
@@ -33,58 +25,13 @@ EDGES = {
     ("train_milestone", "score_milestone"),
 }
 TASK_IDS = {t for edge in EDGES for t in edge}
-
-
-def _airflow_env(home: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "MLFLOW_"))}
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-    })
-    return env
-
-
-def _run_python(code: str, env: dict, timeout: float) -> dict:
-    """Run ``code`` in a fresh interpreter; it prints one ``MARK <json>`` line with its result."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
-    assert proc.returncode == 0 and lines, f"subprocess failed (rc={proc.returncode}):\n{out[-6000:]}"
-    result = json.loads(lines[-1][len(MARK):])
-    result["_output"] = out
-    return result
-
-
 @pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> Path:
+def airflow_home(tmp_path_factory):
     return tmp_path_factory.mktemp("airflow_home")
 
 
-def test_dag_file_imports_fast_without_heavy_modules(airflow_home):
-    # Airflow itself is imported first (the DAG processor has it loaded); then the DAG file is timed.
-    result = _run_python(f"""
-        import importlib.util, json, sys, time
-        import airflow.sdk
-        from airflow.sdk import dag, task, Param, get_current_context  # noqa: F401 (resolve lazy names)
-        t0 = time.perf_counter()
-        spec = importlib.util.spec_from_file_location("seqenc_demo_dag", {str(DAG_FILE)!r})
-        spec.loader.exec_module(importlib.util.module_from_spec(spec))
-        seconds = time.perf_counter() - t0
-        heavy = [m for m in ("torch", "polars", "mlflow", "numpy", "training", "parsers", "seqenc")
-                 if m in sys.modules]
-        print({MARK!r} + json.dumps({{"seconds": seconds, "heavy": heavy}}))
-    """, _airflow_env(airflow_home), timeout=120)
-    assert result["heavy"] == [], f"DAG file imported heavy modules: {result['heavy']}"
-    assert result["seconds"] < 1.0, f"DAG file took {result['seconds']:.2f} s to import"
-
-
 def test_dagbag_loads_with_expected_graph(airflow_home):
-    result = _run_python(f"""
+    result = run_python(f"""
         import json
         from airflow.dag_processing.dagbag import DagBag
         bag = DagBag(dag_folder={str(DAGS)!r})
@@ -101,7 +48,7 @@ def test_dagbag_loads_with_expected_graph(airflow_home):
                 params={{k: dag.params[k] for k in dag.params}},
             )
         print({MARK!r} + json.dumps(info))
-    """, _airflow_env(airflow_home), timeout=120)
+    """, airflow_env(airflow_home), timeout=120)
     assert result["errors"] == {}
     assert DAG_ID in result["dag_ids"]
     assert set(result["task_ids"]) == TASK_IDS
@@ -115,13 +62,11 @@ def test_dagbag_loads_with_expected_graph(airflow_home):
 
 
 def test_dag_runs_end_to_end(airflow_home, tmp_path):
-    env = _airflow_env(airflow_home)
-    migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=env, cwd=REPO,
-                             capture_output=True, text=True, timeout=180)
-    assert migrate.returncode == 0, migrate.stdout[-3000:] + migrate.stderr[-3000:]
+    env = airflow_env(airflow_home)
+    migrate(env)
 
     workdir = tmp_path / "work"
-    result = _run_python(f"""
+    result = run_python(f"""
         import json
         from datetime import datetime, timezone
         from airflow.dag_processing.dagbag import DagBag

@@ -10,6 +10,8 @@ Choices:
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import polars as pl
 import torch
@@ -41,6 +43,25 @@ def split_indices(y: np.ndarray, seed: int, dev: float = 0.2, test: float = 0.2)
         train_dev, test_size=dev / (1 - test), stratify=y[train_dev], random_state=seed
     )
     return {"train": np.sort(train_idx), "dev": np.sort(dev_idx), "test": np.sort(test_idx)}
+
+
+FIXED_SPLIT_SALT = "seqenc-split-v1"
+
+
+def fixed_split(sequence_ids: list[str], dev: float = 0.2, test: float = 0.2,
+                salt: str = FIXED_SPLIT_SALT) -> list[str]:
+    """``"train" | "dev" | "test"`` per sequence id, from a hash of the id alone.
+
+    A sequence lands in the same split whatever else is in the data, so models trained on
+    different days (different windows of data, seqenc_nightly_training) are compared on dev
+    sequences none of them trained on. Choice: blake2b of ``salt + id`` as a number in [0, 1):
+    below ``test`` -> test, below ``test + dev`` -> dev, else train. Not stratified: a rare class
+    gets its share only on average."""
+    out = []
+    for sid in sequence_ids:
+        u = int.from_bytes(hashlib.blake2b((salt + sid).encode(), digest_size=8).digest(), "big") / 2**64
+        out.append("test" if u < test else "dev" if u < test + dev else "train")
+    return out
 
 
 def mask_tokens(ids: torch.Tensor, tok: ValueTokenizer, generator: torch.Generator,

@@ -125,3 +125,19 @@ def plot_losses(history: dict[str, list[tuple[int, float]]], path, title: str) -
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def plot_score_histogram(scores: np.ndarray, labels: list[str], path, title: str) -> None:
+    """Scores of a batch-scored day, one stacked colour per predicted label."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    names = sorted(set(labels))
+    if names:
+        groups = [scores[np.array(labels) == n] for n in names]
+        ax.hist(groups, bins=np.linspace(0, 1, 41), stacked=True, label=names)
+        ax.legend(loc="upper center")
+    ax.set_xlabel("score")
+    ax.set_ylabel("sequences")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

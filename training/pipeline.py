@@ -33,7 +33,7 @@ from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import tracking
-from training.data import label_array, split_indices
+from training.data import fixed_split, label_array, split_indices
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.metrics import plot_confusion, plot_losses, plot_pr_curve, predict, task_metrics
 from training.scoring import load_bundle, save_bundle, score_objects
@@ -152,13 +152,19 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
 
 
 def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
-                    ingest_date: str | None = None, pretrained: str | None = None) -> dict:
-    """S(k) for every labelled sequence, a stratified split, a WordPiece vocabulary from train
-    (or the pre-trained checkpoint's vocabulary when ``pretrained`` is given).
+                    ingest_date: str | list[str] | None = None, pretrained: str | None = None,
+                    data_root: str | None = None, split: str = "stratified") -> dict:
+    """S(k) for every labelled sequence, a train/dev/test split, a WordPiece vocabulary from
+    train (or the pre-trained checkpoint's vocabulary when ``pretrained`` is given).
 
-    ``ingest_date`` restricts the input to one ingest partition (None: all of them)."""
+    ``ingest_date`` restricts the input to one ingest partition or a list of them (None: all);
+    ``data_root`` is the ingest root (default ``<workdir>/data``). ``split``: ``"stratified"``
+    (by label, seeded) or ``"fixed"`` (by a hash of the sequence id, training.data.fixed_split:
+    the same sequence is in the same split whatever the data window)."""
+    if split not in ("stratified", "fixed"):
+        raise ValueError(f"split must be 'stratified' or 'fixed', not {split!r}")
     spec = TASKS[task_name]
-    root = Path(workdir) / "data"
+    root = Path(data_root) if data_root else Path(workdir) / "data"
     out = _fresh_dir(Path(workdir) / "sequences" / task_name)
     objects = storage.read_objects(root, spec.source, ingest_date)
     labels = storage.read_labels(root, spec.source).unique("sequence_id", keep="last")
@@ -169,10 +175,15 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
     sequence_ids = value_seqs["sequence_id"].unique(maintain_order=True).to_list()
     by_id = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
     y = np.array([spec.class_names.index(by_id[s]) for s in sequence_ids])
-    splits = split_indices(y, seed)
-    split_of = np.empty(len(y), dtype=object)
-    for name, idx in splits.items():
-        split_of[idx] = name
+    if not sequence_ids:
+        raise ValueError(f"{task_name}: no labelled sequences of source {spec.source!r} under {root} "
+                         f"(ingest dates {ingest_date or 'all'})")
+    if split == "fixed":
+        split_of = np.array(fixed_split(sequence_ids), dtype=object)
+    else:
+        split_of = np.empty(len(y), dtype=object)
+        for name, idx in split_indices(y, seed).items():
+            split_of[idx] = name
     split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of.tolist(),
                              "label": [by_id[s] for s in sequence_ids]})
     split_df.write_parquet(out / "splits.parquet")
@@ -196,7 +207,7 @@ def job_dir(workdir: str | Path, task_name: str) -> Path:
 def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, progress: bool = True,
                 pretrained: str | None = None, pretrained_layers: int | None = None, mode: str = "interleaved",
                 train_overrides: dict | None = None, model_overrides: dict | None = None,
-                resume: bool = False) -> dict:
+                resume: bool = False, data_root: str | None = None, tracking_dir: str | None = None) -> dict:
     """Algorithm 1 (or its ``no_interleave`` ablation) on one task, logged to MLflow; saves the
     model bundle and evaluation plots.
 
@@ -205,10 +216,14 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     keeps only the checkpoint's first layers (default: all). ``train_overrides`` /
     ``model_overrides`` replace TrainConfig / TVMKAConfig fields. The arguments are kept in
     ``<job>/job.json``; ``resume`` continues the job from its latest checkpoint, in the same MLflow
-    run (an error if there is none; see :func:`resume_train`)."""
+    run (an error if there is none; see :func:`resume_train`). ``data_root`` is the ingest root
+    (default ``<workdir>/data``; the end-to-end modes read objects from it); ``tracking_dir`` is
+    where the local MLflow store lives when MLFLOW_TRACKING_URI is not set (default: workdir)."""
     job_args = {"workdir": str(workdir), "task_name": task_name, "size": size, "seed": seed, "pretrained": pretrained,
                 "pretrained_layers": pretrained_layers, "mode": mode, "train_overrides": train_overrides or {},
-                "model_overrides": model_overrides or {}}
+                "model_overrides": model_overrides or {}, "data_root": data_root, "tracking_dir": tracking_dir}
+    data_root = Path(data_root) if data_root else Path(workdir) / "data"
+    tracking_dir = tracking_dir or workdir
     spec, sz = TASKS[task_name], _size(size)
     seq_dir = Path(workdir) / "sequences" / task_name
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
@@ -239,7 +254,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
     hooks = {"log_metrics": tracking.log_metrics, "progress": progress, "on_phase_end": tracking.log_phase_run}
     if mode in END_TO_END:
-        objects = storage.read_objects(Path(workdir) / "data", spec.source)
+        objects = storage.read_objects(data_root, spec.source)
         model, inputs = comparison_model(mode, model.config, data, tok, with_event_key(objects) if spec.event_key
                                          else objects, spec.exclude_keys, pretrained)
         trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.task, len(spec.class_names), **hooks)
@@ -253,11 +268,11 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
               "model": config.to_dict(), "train": asdict(train_cfg), "data": stats}
     fingerprint = tracking.dataset_fingerprint(seq_dir / "splits.parquet", seq_dir / "windows.parquet")
     tags = {"task": task_name, "mode": mode, "dataset_fingerprint": fingerprint}
-    with tracking.run(workdir, run_name=f"{task_name}-{mode}", params=params, tags=tags,
+    with tracking.run(tracking_dir, run_name=f"{task_name}-{mode}", params=params, tags=tags,
                       run_id=trainer.run_ids.get("job")) as run:
         trainer.run_ids["job"] = run.info.run_id
         result = trainer.fit()
-        metadata = {"task_name": task_name, "threshold": result["threshold"], "mode": mode,
+        metadata = {"task_name": task_name, "source": spec.source, "threshold": result["threshold"], "mode": mode,
                     "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key,
                     "mlflow_run_id": run.info.run_id}
         bundle = save_bundle(model, tok, metadata, out / "bundle")
@@ -278,7 +293,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         model_version = tracking.log_bundle_model(bundle, registered_model_name(task_name))
     return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
             "registered_model": registered_model_name(task_name), "model_version": model_version,
-            "tracking_uri": tracking.tracking_uri(workdir)}
+            "tracking_uri": tracking.tracking_uri(tracking_dir)}
 
 
 def registered_model_name(task_name: str) -> str:

@@ -42,8 +42,69 @@ def _use(uri: str) -> None:
         os.environ["MLFLOW_TRACKING_URI"] = _USER_URI
 
 
+def use_store(out_dir: str | Path) -> str:
+    """Point MLflow (tracking and registry) at the job's store -- MLFLOW_TRACKING_URI when set,
+    else ``<out_dir>/mlflow.db`` -- and return its URI."""
+    uri = tracking_uri(out_dir)
+    _use(uri)
+    return uri
+
+
+def experiment_id(out_dir: str | Path, name: str = EXPERIMENT) -> str:
+    """The id of experiment ``name`` in the current store, created (artifacts beside a local
+    store) when missing."""
+    return _experiment_id(Path(out_dir), name)
+
+
 def ui_command(uri: str) -> str:
+    """What to run (or open) to see the runs of store ``uri``: a server's URL, ``seqenc ui`` for a
+    work directory's SQLite store, else the plain ``mlflow ui`` command."""
+    if is_server_uri(uri):
+        return uri
+    if uri.startswith("sqlite:"):
+        return f"seqenc ui --workdir {sqlite_path(uri).parent}"
     return f"mlflow ui --backend-store-uri {uri} --host 127.0.0.1 --port 5000"
+
+
+def is_server_uri(uri: str) -> bool:
+    """A tracking server (``http(s)://...``) rather than a store the UI could open itself."""
+    return uri.startswith(("http://", "https://"))
+
+
+def ui_store(out_dir: str | Path, backend_store_uri: str | None = None) -> tuple[str, Path | None]:
+    """The store ``seqenc ui`` opens and the folder its artifacts are served from.
+
+    ``backend_store_uri`` when given, else :func:`tracking_uri` (``MLFLOW_TRACKING_URI`` when set,
+    else ``<out_dir>/mlflow.db``). The artifact folder is the ``mlartifacts`` folder runs of that
+    store write to (see :func:`_experiment_id`): ``<out_dir>/mlartifacts``, or the one beside an
+    explicitly given SQLite file; None for a server or a non-SQLite store."""
+    uri = backend_store_uri or tracking_uri(out_dir)
+    if not uri.startswith("sqlite:"):
+        return uri, None
+    if backend_store_uri:
+        return uri, sqlite_path(uri).parent / "mlartifacts"
+    return uri, (Path(out_dir) / "mlartifacts").resolve()
+
+
+def sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///...`` URI (``sqlite:////abs`` or ``sqlite:///rel``)."""
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0]).resolve()
+
+
+def ui_server_command(uri: str, artifacts: Path | None, host: str = "127.0.0.1", port: int = 5000,
+                      workers: int = 1) -> list[str]:
+    """``mlflow ui`` (in MLflow 3 the same server as ``mlflow server``) on ``uri``, run with this
+    interpreter. ``--artifacts-destination`` roots proxied artifacts (``mlflow-artifacts:/``, the
+    default of experiments created from the UI) in the store's own ``mlartifacts`` folder instead
+    of ``./mlartifacts`` of the current directory; runs logged by seqenc keep their absolute
+    ``file://`` locations, which the server reads directly."""
+    import sys
+
+    cmd = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", host,
+           "--port", str(port), "--workers", str(workers)]
+    if artifacts is not None:
+        cmd += ["--artifacts-destination", Path(artifacts).resolve().as_uri()]
+    return cmd
 
 
 def _experiment_id(out_dir: Path, name: str) -> str:
@@ -122,7 +183,8 @@ def log_phase_run(index: int, kind: str, round_no: int, summary: dict) -> None:
     if existing:
         return
     name = f"{index:02d}-{kind}" + (f"-round{round_no}" if round_no else "")
-    with mlflow.start_run(run_name=name, nested=True):
+    # the parent's experiment, explicitly: a nested run otherwise goes to the active experiment
+    with mlflow.start_run(run_name=name, nested=True, experiment_id=parent.info.experiment_id):
         mlflow.set_tags({"phase_index": str(index), "phase": kind, "round": str(round_no)})
         mlflow.log_params({"phase": kind, "round": round_no, "steps": summary.get("steps", 0)})
         mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})

@@ -1,0 +1,81 @@
+"""seqenc_batch_score: each day, score the day's sequences with each task's champion model.
+
+Graph: one ``score_<task>`` per task (``anomaly``, ``milestone``).
+
+Each loads ``models:/seqenc-<task>@champion`` from the Model Registry (only the bundle's
+safetensors + JSON, training.registry), scores every sequence of the day's ingest partition of
+the task's source, and writes ``<workdir>/predictions/<task>/date=<YYYY-MM-DD>/part-0.parquet``
+(sequence_id, score, label, prob_<class>..., model_name, model_version), replacing that day's
+earlier output; the counts per label and the score distribution (with a histogram) go to the
+MLflow experiment ``seqenc-scoring`` (training.batch_score). A task whose model has no champion
+yet is skipped with that reason.
+
+Params: ``workdir`` (data root ``<workdir>/data``, predictions, and the MLflow store unless
+``$MLFLOW_TRACKING_URI`` is set), ``tasks``, ``alias`` (default ``champion``), ``date`` (a day
+to score instead of the data interval's).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, get_current_context, task
+
+TASK_NAMES = ("anomaly", "milestone")
+DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
+
+
+def _day() -> str:
+    """The param ``date``, else the data interval's (first) day, else the logical date."""
+    ctx = get_current_context()
+    if ctx["params"].get("date"):
+        return ctx["params"]["date"]
+    when = ctx.get("data_interval_start") or ctx.get("logical_date") or ctx["dag_run"].run_after
+    return when.strftime("%Y-%m-%d")
+
+
+@task
+def score(task_name: str) -> dict:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from training.batch_score import score_partitions
+    from training.pipeline import registered_model_name
+    from training.registry import NoChampionError, model_uri
+
+    params = get_current_context()["params"]
+    if task_name not in params["tasks"]:
+        raise AirflowSkipException(f"{task_name} is not in this run's tasks {params['tasks']}")
+    workdir = os.path.abspath(os.path.expanduser(params["workdir"]))
+    uri = model_uri(registered_model_name(task_name), params["alias"])
+    try:
+        return score_partitions(uri, os.path.join(workdir, "data"), os.path.join(workdir, "predictions", task_name),
+                                dates=[_day()], tracking_dir=workdir, progress=False)
+    except NoChampionError as exc:
+        raise AirflowSkipException(str(exc)) from exc
+
+
+@dag(
+    dag_id="seqenc_batch_score",
+    description="score each day's sequences with the registry's champion models",
+    # 03:00 UTC, after ingest (00:00) and nightly training (02:00); scores the day before
+    schedule=CronDataIntervalTimetable("0 3 * * *", timezone="UTC"),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    params={
+        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory"),
+        "tasks": Param(list(TASK_NAMES), type="array", description="tasks to score"),
+        "alias": Param("champion", type="string", description="registry alias of the model to use"),
+        "date": Param("", type="string", description="YYYY-MM-DD to score instead of the data interval's day"),
+    },
+    tags=["seqenc"],
+    doc_md=__doc__,
+)
+def seqenc_batch_score():
+    for name in TASK_NAMES:
+        score.override(task_id=f"score_{name}")(name)
+
+
+seqenc_batch_score()

@@ -1,0 +1,108 @@
+"""seqenc_ingest: each day, ingest the landing directory's new raw logs and JSON events.
+
+Graph (one mapped ``ingest_file`` task per file of the data interval)::
+
+    find_files -> ingest_file[0..n] -> finalize
+
+* ``find_files`` lists ``<landing>/<source>/<YYYY-MM-DD>/`` for the days of the data interval
+  (parsers.landing);
+* ``ingest_file`` turns one file into Parquet objects (Drain3 for raw logs) or labels in the
+  interval's ``ingest_date=`` partition; one file at a time, because the log files of a source
+  share one Drain3 state;
+* ``finalize`` removes parts that no file of the interval produced any more and writes each
+  partition's manifest, so re-running an interval replaces its partitions exactly.
+
+Configuration: params ``date`` (a day to (re-)ingest instead of the interval's), ``workdir`` (the data root is ``<workdir>/data``; default
+``$SEQENC_WORKDIR``, else ``~/seqenc-work``) and ``landing`` (default ``$SEQENC_LANDING``, else
+``<workdir>/landing``); per-source options from the Airflow Variable ``seqenc_sources`` (JSON,
+parsers.landing.load_sources), else the file named by ``$SEQENC_SOURCES``, else the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import CronDataIntervalTimetable, Param, Variable, dag, get_current_context, task
+
+DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
+
+
+def _paths() -> tuple[str, str]:
+    """(data root, landing directory) of the current run, absolute."""
+    params = get_current_context()["params"]
+    workdir = os.path.abspath(os.path.expanduser(params["workdir"]))
+    landing = params.get("landing") or os.environ.get("SEQENC_LANDING") or os.path.join(workdir, "landing")
+    return os.path.join(workdir, "data"), os.path.abspath(os.path.expanduser(landing))
+
+
+def _days() -> list[str]:
+    """The param ``date`` when given, else the days of the data interval."""
+    from parsers.landing import interval_days
+
+    ctx = get_current_context()
+    if ctx["params"].get("date"):
+        return interval_days(ctx["params"]["date"])
+    start, end = ctx.get("data_interval_start"), ctx.get("data_interval_end")
+    if start is None:  # a manual run without a data interval: the day it was triggered for
+        start = ctx.get("logical_date") or ctx["dag_run"].run_after
+    return interval_days(start, end)
+
+
+def _sources():
+    return Variable.get("seqenc_sources", default=None) or os.environ.get("SEQENC_SOURCES")
+
+
+@task
+def find_files() -> list[dict]:
+    from parsers.landing import find_interval_files
+
+    _, landing = _paths()
+    return find_interval_files(landing, _days())
+
+
+# One file at a time: the log files of a source share one Drain3 state file.
+@task(max_active_tis_per_dag=1)
+def ingest_file(item: dict) -> dict:
+    from parsers.landing import ingest_file as ingest_one
+
+    root, _ = _paths()
+    return ingest_one(item, root, _sources())
+
+
+@task(trigger_rule="none_failed")  # also runs when the interval has no files (mapped task skipped)
+def finalize(files: list[dict], reports) -> dict:
+    from parsers.landing import finalize_interval
+
+    root, _ = _paths()
+    result = finalize_interval(root, _days(), files)
+    result["ingested"] = [{k: r.get(k) for k in ("path", "kind", "part", "rows", "labels", "rejected")}
+                          for r in (reports or [])]
+    return result
+
+
+@dag(
+    dag_id="seqenc_ingest",
+    description="landing directory -> Drain3 / JSON flattening -> the interval's Parquet partitions",
+    # a run at midnight ingests the day that just ended: [day 00:00, next day 00:00)
+    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,  # runs share the Drain3 state of each source
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    params={
+        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory (data root: <workdir>/data)"),
+        "landing": Param("", type="string", description="landing directory (default $SEQENC_LANDING, "
+                                                        "else <workdir>/landing)"),
+        "date": Param("", type="string", description="YYYY-MM-DD to ingest instead of the data interval's days"),
+    },
+    tags=["seqenc"],
+    doc_md=__doc__,
+)
+def seqenc_ingest():
+    files = find_files()
+    reports = ingest_file.expand(item=files)
+    finalize(files, reports)
+
+
+seqenc_ingest()

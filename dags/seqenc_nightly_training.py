@@ -1,0 +1,111 @@
+"""seqenc_nightly_training: each night, train every task on the last W days and promote on merit.
+
+Graph, per task (``anomaly``, ``milestone``)::
+
+    train_<task> -> promote_<task>
+
+* ``train_<task>``: value sequences from the ingest partitions of the ``window_days`` days up to
+  the run's date, a split fixed by sequence id, one training job (``mode``, interleaved by
+  default), logged to MLflow and registered as a new version of ``seqenc-<task>``
+  (training.nightly.nightly_train);
+* ``promote_<task>``: the new version and the current ``champion`` are scored on the same dev
+  sequences; the alias ``champion`` moves only when the new version is better by more than
+  ``min_delta``, otherwise the reason is recorded on the version and its run
+  (training.nightly.promote_if_better).
+
+Training config (``{"model": {...}, "train": {...}}`` overrides): the param ``config_path`` (a
+JSON file) when given, else the Airflow Variable ``seqenc_training_config`` (JSON), else none.
+The MLflow store is ``$MLFLOW_TRACKING_URI``, else ``<workdir>/mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import CronDataIntervalTimetable, Param, Variable, dag, get_current_context, task
+
+TASK_NAMES = ("anomaly", "milestone")
+DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
+
+
+def _workdir() -> str:
+    return os.path.abspath(os.path.expanduser(get_current_context()["params"]["workdir"]))
+
+
+def _night() -> str:
+    """The night's date: the param ``date``, else the last day of the data interval (a run
+    without an interval: its logical date)."""
+    ctx = get_current_context()
+    if ctx["params"].get("date"):
+        return ctx["params"]["date"]
+    end, start = ctx.get("data_interval_end"), ctx.get("data_interval_start")
+    if start is not None and end is not None and end > start:
+        return (end - timedelta(days=1)).strftime("%Y-%m-%d")
+    when = start or ctx.get("logical_date") or ctx["dag_run"].run_after
+    return when.strftime("%Y-%m-%d")
+
+
+def _config() -> dict:
+    path = get_current_context()["params"].get("config_path")
+    if path:
+        with open(os.path.expanduser(path)) as fh:
+            return json.load(fh)
+    text = Variable.get("seqenc_training_config", default=None)
+    return json.loads(text) if text else {}
+
+
+@task
+def train(task_name: str) -> dict | None:
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from training.nightly import nightly_train
+
+    params = get_current_context()["params"]
+    if task_name not in params["tasks"]:
+        raise AirflowSkipException(f"{task_name} is not in this run's tasks {params['tasks']}")
+    return nightly_train(_workdir(), task_name, _night(), window_days=int(params["window_days"]),
+                         size=params["size"], seed=int(params["seed"]), mode=params["mode"], config=_config())
+
+
+@task
+def promote(trained: dict) -> dict:
+    from training.nightly import promote_if_better
+
+    params = get_current_context()["params"]
+    return promote_if_better(_workdir(), trained, min_delta=float(params["min_delta"]))
+
+
+@dag(
+    dag_id="seqenc_nightly_training",
+    description="train each task on the last W days of data; move the champion alias only on improvement",
+    # 02:00 UTC, after the day's ingest; the run trains on the window ending with the day before
+    schedule=CronDataIntervalTimetable("0 2 * * *", timezone="UTC"),
+    start_date=datetime(2025, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,  # nights share the registry's champion
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    params={
+        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory (data root <workdir>/data)"),
+        "tasks": Param(list(TASK_NAMES), type="array", description="tasks to train tonight"),
+        "window_days": Param(7, type="integer", minimum=1, description="days of data to train on"),
+        "mode": Param("interleaved", type="string",
+                      enum=["interleaved", "no_interleave", "joint", "flattened", "record_view"]),
+        "size": Param("demo", type="string", enum=["demo", "tiny"], description="built-in model/step sizes"),
+        "seed": Param(0, type="integer"),
+        "config_path": Param("", type="string", description="JSON training overrides (default: the Variable "
+                                                            "seqenc_training_config)"),
+        "date": Param("", type="string", description="YYYY-MM-DD: train the window ending that day instead"),
+        "min_delta": Param(0.0, type="number", description="how much better than the champion a model must be"),
+    },
+    tags=["seqenc"],
+    doc_md=__doc__,
+)
+def seqenc_nightly_training():
+    for name in TASK_NAMES:
+        trained = train.override(task_id=f"train_{name}")(name)
+        promote.override(task_id=f"promote_{name}")(trained)
+
+
+seqenc_nightly_training()

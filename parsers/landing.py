@@ -1,0 +1,196 @@
+"""Ingest one data interval from a landing directory (the ``seqenc_ingest`` DAG's logic).
+
+Landing layout: raw files are dropped under ``<landing>/<source>/<YYYY-MM-DD>/``::
+
+    <landing>/hdfs/2025-03-01/datanode-07.log.gz      raw log lines (a parsers.presets format)
+    <landing>/sessions/2025-03-01/web-01.jsonl        JSON events, one per line
+    <landing>/hdfs/2025-03-01/labels.csv              labels: id,label (any file with "labels")
+
+The date folder is the day the data belongs to; it becomes the ``ingest_date`` partition of the
+data root (parsers.storage), so an interval's files land in that interval's partitions.
+
+Three steps, so that an orchestrator can run the middle one once per file (Airflow mapped tasks):
+
+* :func:`find_interval_files` lists the files of the interval's days;
+* :func:`ingest_file` ingests one file into its partition (part named after the file, written
+  atomically: re-ingesting it replaces that part);
+* :func:`finalize_interval` then removes every part of the interval's partitions that no listed
+  file produced (a file deleted or renamed in the landing since an earlier run) and writes a
+  ``_manifest.json`` per partition. Re-running an interval therefore leaves exactly the parts of
+  the files that are there now: nothing duplicated, nothing stale.
+
+Per-source options come from a sources config (:func:`load_sources`): a JSON object
+``{source: {"preset": ..., "session_field": ..., "ts_field": ..., "id_column": ...,
+"label_column": ..., "max_reject_share": ...}}``. Defaults: a source named like a log preset
+uses that preset; ``sessions`` events use ``session_id`` and ``ts``; label CSVs use their first
+two columns; a file with more than 10 % rejected lines fails its task (its rejects are written
+first, with reasons).
+
+Choices: Drain3 state is one file per source (``<root>/state/drain3-<src>.json``), read at the
+start and written at the end of each log file's ingest, so log files of one source must not be
+ingested in parallel -- the DAG runs the mapped ingest one file at a time. Labels are not date
+partitioned (a label may arrive days after its sequence); each label file's part is named
+``<date>_<stem>`` so that every day's ``labels.csv`` is kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+from pathlib import Path
+
+from parsers import storage
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIXES = (".log", ".log.gz", ".txt", ".txt.gz")
+EVENT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
+DEFAULT_SOURCES = {
+    "hdfs": {"preset": "hdfs", "id_column": "BlockId", "label_column": "Label"},
+    "sessions": {"session_field": "session_id", "ts_field": "ts", "id_column": "session_id", "label_column": "label"},
+}
+DEFAULT_MAX_REJECT_SHARE = 0.1
+MANIFEST = "_manifest.json"
+
+
+def load_sources(config: str | dict | None = None) -> dict:
+    """The sources config: a dict, a JSON text, a path to a JSON file, or None (defaults);
+    entries given override the defaults of the same source."""
+    if config is None or config == "":
+        given = {}
+    elif isinstance(config, dict):
+        given = config
+    elif os.path.isfile(str(config)):
+        given = json.loads(Path(config).read_text())
+    else:
+        given = json.loads(config)
+    if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
+        raise ValueError("sources config must be a JSON object {source: {option: value}}")
+    return {**DEFAULT_SOURCES, **given}
+
+
+def interval_days(start: dt.date | dt.datetime | str, end: dt.date | dt.datetime | str | None = None) -> list[str]:
+    """The days ``YYYY-MM-DD`` of the interval [start, end); an empty interval (end <= start, or
+    no end) is the start's day alone."""
+    first = dt.date.fromisoformat(storage.ingest_date_str(start))
+    last = dt.date.fromisoformat(storage.ingest_date_str(end)) if end is not None else first
+    n = max(1, (last - first).days)
+    return [(first + dt.timedelta(days=i)).isoformat() for i in range(n)]
+
+
+def file_kind(path: str | Path) -> str | None:
+    """``"labels"``, ``"logs"``, ``"events"`` or None (not ours: ignored)."""
+    name = Path(path).name.lower()
+    if name.startswith(".") or name.startswith("_"):
+        return None  # hidden files and markers (e.g. _SUCCESS) are not data
+    if "labels" in name and name.endswith(".csv"):
+        return "labels"
+    if name.endswith(LOG_SUFFIXES):
+        return "logs"
+    if name.endswith(EVENT_SUFFIXES):
+        return "events"
+    return None
+
+
+def find_interval_files(landing: str | Path, days: list[str]) -> list[dict]:
+    """``{"path", "source", "date", "kind"}`` of every data file of the days, sorted by source,
+    date and name; files of unknown types are logged and left alone."""
+    landing = Path(landing)
+    found = []
+    if not landing.is_dir():
+        raise FileNotFoundError(f"landing directory {landing} does not exist")
+    for source_dir in sorted(p for p in landing.iterdir() if p.is_dir()):
+        for day in days:
+            day_dir = source_dir / day
+            if not day_dir.is_dir():
+                continue
+            for path in sorted(p for p in day_dir.iterdir() if p.is_file()):
+                kind = file_kind(path)
+                if kind is None:
+                    log.warning("landing: ignoring %s (not a log, events or labels file)", path)
+                    continue
+                found.append({"path": str(path), "source": source_dir.name, "date": day, "kind": kind})
+    return found
+
+
+def _label_stem(item: dict) -> str:
+    """A label file's part stem: ``<date>_<file stem>`` (every day's ``labels.csv`` is kept)."""
+    return f"{item['date']}_{Path(item['path']).name.removesuffix('.gz').rsplit('.', 1)[0]}"
+
+
+def ingest_file(item: dict, root: str | Path, sources: dict | None = None) -> dict:
+    """Ingest one file found by :func:`find_interval_files` into the data root; returns the
+    ingest report plus ``path, source, date, kind, part``."""
+    from parsers.events import ingest_events
+    from parsers.log_ingest import ingest_logs
+    from parsers.logs import ingest_labels
+    from parsers.presets import PRESETS
+
+    sources = load_sources(sources) if not isinstance(sources, dict) else {**DEFAULT_SOURCES, **sources}
+    source, day, path, kind = item["source"], item["date"], Path(item["path"]), item["kind"]
+    opts = sources.get(source, {})
+    share = opts.get("max_reject_share", DEFAULT_MAX_REJECT_SHARE)
+    if kind == "logs":
+        preset = opts.get("preset", source if source in PRESETS else None)
+        if preset is None:
+            raise ValueError(f"landing source {source!r}: no log format; give it a 'preset' in the sources config "
+                             f"(one of {', '.join(sorted(PRESETS))})")
+        report = ingest_logs(path, root, source=source, preset=preset, ingest_date=day, max_reject_share=share)
+        part = storage.part_name(path)
+    elif kind == "events":
+        report = ingest_events(path, root, source=source, session_field=opts.get("session_field", "session_id"),
+                               ts_field=opts.get("ts_field", "ts"), ingest_date=day, max_reject_share=share)
+        part = storage.part_name(path)
+    elif kind == "labels":
+        stem = _label_stem(item)
+        report = ingest_labels(path, root, source, id_column=opts.get("id_column"),
+                               label_column=opts.get("label_column"), ingest_date=day, part_stem=stem)
+        part = storage.part_name(stem + ".csv")
+    else:
+        raise ValueError(f"unknown landing file kind {kind!r} for {path}")
+    out = json.loads(json.dumps(report, default=str))
+    return {**out, "path": str(path), "source": source, "date": day, "kind": kind, "part": part}
+
+
+def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> dict:
+    """Remove the parts of the days' object and reject partitions that none of ``files``
+    produced, and write each partition's ``_manifest.json``; returns what was kept and removed."""
+    root = Path(root)
+    expected: dict[tuple[str, str], set[str]] = {}  # objects parts
+    expected_rejects: dict[tuple[str, str], set[str]] = {}  # label files' rejects too
+    for item in files:
+        key = (item["source"], item["date"])
+        if item["kind"] == "labels":
+            expected_rejects.setdefault(key, set()).add(storage.part_name(_label_stem(item) + ".csv"))
+        else:
+            expected.setdefault(key, set()).add(storage.part_name(item["path"]))
+            expected_rejects.setdefault(key, set()).add(storage.part_name(item["path"]))
+    sources = {item["source"] for item in files}
+    for table in ("objects", "rejects"):
+        sources |= {p.name.split("=", 1)[1] for p in (root / table).glob("source=*")}
+    removed, kept = [], {}
+    for source in sorted(sources):
+        for day in days:
+            wanted = expected.get((source, day), set())
+            for folder, keep in ((storage.objects_dir(root, source), wanted),
+                                 (storage.rejects_dir(root, source), expected_rejects.get((source, day), set()))):
+                partition = folder / f"ingest_date={day}"
+                if not partition.is_dir():
+                    continue
+                for part in sorted(partition.glob("part-*.parquet")):
+                    if part.name not in keep:
+                        part.unlink()
+                        removed.append(str(part))
+            partition = storage.objects_dir(root, source) / f"ingest_date={day}"
+            if wanted or partition.is_dir():
+                partition.mkdir(parents=True, exist_ok=True)
+                inputs = sorted(f["path"] for f in files if f["source"] == source and f["date"] == day
+                                and f["kind"] != "labels")
+                manifest = {"source": source, "ingest_date": day, "parts": sorted(wanted), "inputs": inputs}
+                storage.write_bytes_atomic(json.dumps(manifest, indent=2).encode(), partition / MANIFEST)
+                kept[f"{source}/{day}"] = sorted(wanted)
+    if removed:
+        log.info("landing: removed %d stale parts: %s", len(removed), removed)
+    return {"days": days, "kept": kept, "removed": removed, "files": len(files)}

@@ -1,0 +1,68 @@
+"""parsers.landing: which files an interval has, one file's ingest, and the partition clean-up
+that makes re-running an interval replace its partitions (real Drain3 and Parquet; the DAG that
+drives these is tested in test_ops_dags.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parsers import storage
+from parsers.landing import file_kind, finalize_interval, find_interval_files, ingest_file, interval_days, load_sources
+from parsers.synthetic import generate_hdfs_logs
+
+
+def test_interval_days_and_file_kinds():
+    assert interval_days("2025-03-01", "2025-03-03") == ["2025-03-01", "2025-03-02"]
+    assert interval_days("2025-03-01", "2025-03-01") == ["2025-03-01"]  # a point: that day
+    assert interval_days("2025-03-01") == ["2025-03-01"]
+    assert [file_kind(n) for n in ("a.log", "a.log.gz", "e.jsonl.gz", "hdfs_labels.csv", "x.csv", ".a.log",
+                                   "_SUCCESS")] == ["logs", "logs", "events", "labels", None, None, None]
+
+
+def test_sources_config_overrides_defaults(tmp_path):
+    path = tmp_path / "sources.json"
+    path.write_text(json.dumps({"web": {"preset": "apache"}, "hdfs": {"max_reject_share": 0.5}}))
+    sources = load_sources(str(path))
+    assert sources["web"] == {"preset": "apache"} and sources["hdfs"] == {"max_reject_share": 0.5}
+    assert "sessions" in sources
+    with pytest.raises(ValueError, match="JSON object"):
+        load_sources('["not", "an", "object"]')
+
+
+def test_labels_of_every_day_are_kept_and_stale_parts_go(tmp_path):
+    landing, root = tmp_path / "landing", tmp_path / "data"
+    for day, seed in (("2025-03-01", 0), ("2025-03-02", 1)):
+        folder = landing / "hdfs" / day
+        folder.mkdir(parents=True)
+        generate_hdfs_logs(folder / "hdfs.log", folder / "labels.csv", n_blocks=20, anomaly_rate=0.1, seed=seed)
+    days = interval_days("2025-03-01", "2025-03-03")
+    files = find_interval_files(landing, days)
+    assert [(f["date"], f["kind"]) for f in files] == [("2025-03-01", "logs"), ("2025-03-01", "labels"),
+                                                       ("2025-03-02", "logs"), ("2025-03-02", "labels")]
+    reports = [ingest_file(f, root) for f in files]
+    assert {r["part"] for r in reports if r["kind"] == "labels"} == {"part-2025-03-01_labels.parquet",
+                                                                     "part-2025-03-02_labels.parquet"}
+    assert storage.read_labels(root, "hdfs")["sequence_id"].n_unique() == 40  # both days' labels
+    finalize_interval(root, days, files)
+    assert storage.ingest_dates(root, "hdfs") == days
+
+    # the second day's log is withdrawn from the landing: re-running the interval empties its partition
+    (landing / "hdfs" / "2025-03-02" / "hdfs.log").unlink()
+    files = find_interval_files(landing, days)
+    result = finalize_interval(root, days, files)
+    assert any("ingest_date=2025-03-02" in p for p in result["removed"])
+    assert storage.read_objects(root, "hdfs", "2025-03-02").height == 0
+    assert storage.read_objects(root, "hdfs", "2025-03-01").height > 0
+
+
+def test_a_log_source_needs_a_format(tmp_path):
+    folder = tmp_path / "landing" / "mystery" / "2025-03-01"
+    folder.mkdir(parents=True)
+    (folder / "app.log").write_text("hello\n")
+    [item] = find_interval_files(tmp_path / "landing", ["2025-03-01"])
+    with pytest.raises(ValueError, match="no log format"):
+        ingest_file(item, tmp_path / "data")
+    with pytest.raises(FileNotFoundError, match="landing directory"):
+        find_interval_files(tmp_path / "nowhere", ["2025-03-01"])

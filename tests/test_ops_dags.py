@@ -1,0 +1,223 @@
+"""The operations DAGs on tiny data, each run by Airflow's own runner (``dag.test``) against a
+SQLite metadata DB in a temporary AIRFLOW_HOME, with a real MLflow store and registry:
+
+seqenc_ingest (landing -> partitions) -> seqenc_nightly_training (train, promote on merit)
+-> seqenc_batch_score (champion -> predictions partitioned by date), and each run twice over the
+same interval: the second leaves the same rows, and a model that is no better stays a challenger.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import mlflow
+import polars as pl
+import pytest
+from airflow_run import DAGS, airflow_env, migrate, run_dag, run_python
+
+from parsers import storage
+from parsers.synthetic import generate_hdfs_logs, generate_session_events
+
+DAY = "2025-03-01"
+LOGICAL = "2025-03-02T00:00:00"  # the @daily run at midnight after DAY: its data interval is DAY
+GRAPHS = {
+    "seqenc_ingest": {("find_files", "ingest_file"), ("find_files", "finalize"), ("ingest_file", "finalize")},
+    "seqenc_nightly_training": {("train_anomaly", "promote_anomaly"), ("train_milestone", "promote_milestone")},
+    "seqenc_batch_score": set(),
+}
+SCORE_TASKS = {"score_anomaly", "score_milestone"}
+
+
+def _ok(result: dict, expected_skipped: set = frozenset()) -> None:
+    bad = {t: s for t, s in result["states"].items()
+           if s != ("skipped" if t in expected_skipped else "success")}
+    assert not bad and result["run_state"] == "success", (
+        f"task states: {result['states']}\n{result['_output'][-8000:]}")
+
+
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory):
+    """Everything runs once here; the tests below read what it left."""
+    base = tmp_path_factory.mktemp("ops")
+    home, workdir = base / "airflow", base / "work"
+    landing = workdir / "landing"
+    day_dir = {"hdfs": landing / "hdfs" / DAY, "sessions": landing / "sessions" / DAY}
+    for d in day_dir.values():
+        d.mkdir(parents=True)
+    generate_hdfs_logs(day_dir["hdfs"] / "hdfs.log", day_dir["hdfs"] / "hdfs_labels.csv", n_blocks=200,
+                       anomaly_rate=0.1, seed=0)
+    generate_session_events(day_dir["sessions"] / "sessions.jsonl", day_dir["sessions"] / "sessions_labels.csv",
+                            n_sessions=150, seed=0)
+    (day_dir["hdfs"] / "README.txt.bak").write_text("not data")  # ignored, with a warning
+
+    env = airflow_env(home, {"SEQENC_WORKDIR": str(workdir)})
+    migrate(env)
+    out: dict = {"workdir": workdir, "env": env}
+    conf = {"workdir": str(workdir)}
+    out["ingest1"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
+    out["objects1"] = {s: storage.read_objects(workdir / "data", s, DAY) for s in ("hdfs", "sessions")}
+    # a part no landing file produces any more (a file removed since): the re-run must drop it
+    stale = storage.objects_path(workdir / "data", "hdfs", DAY, "removed-since.log")
+    shutil.copy(storage.objects_path(workdir / "data", "hdfs", DAY, "hdfs.log"), stale)
+    out["stale"] = stale
+    out["ingest2"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
+
+    nightly = {"workdir": str(workdir), "tasks": ["anomaly"], "size": "tiny", "window_days": 3, "date": DAY}
+    out["nightly1"] = run_dag("seqenc_nightly_training", nightly, env, LOGICAL)
+    out["nightly2"] = run_dag("seqenc_nightly_training", nightly, env, LOGICAL)
+
+    score = {"workdir": str(workdir), "date": DAY}
+    out["score1"] = run_dag("seqenc_batch_score", score, env, LOGICAL)
+    out["pred1"] = pl.read_parquet(workdir / "predictions" / "anomaly" / f"date={DAY}" / "part-0.parquet")
+    out["score2"] = run_dag("seqenc_batch_score", score, env, LOGICAL)
+    return out
+
+
+def test_dagbag_loads_every_dag_with_the_expected_graph(tmp_path):
+    result = run_python(f"""
+        import json
+        from airflow.dag_processing.dagbag import DagBag
+        bag = DagBag(dag_folder={str(DAGS)!r})
+        print("RESULT-JSON:" + json.dumps({{
+            "errors": {{str(k): str(v) for k, v in bag.import_errors.items()}},
+            "graphs": {{d: sorted([t.task_id, n] for t in dag.tasks for n in t.downstream_task_ids)
+                        for d, dag in bag.dags.items()}},
+            "tasks": {{d: sorted(dag.task_ids) for d, dag in bag.dags.items()}},
+            "schedules": {{d: repr(dag.timetable) for d, dag in bag.dags.items()}},
+        }}))
+    """, airflow_env(tmp_path), timeout=120)
+    assert result["errors"] == {}
+    for dag_id, edges in GRAPHS.items():
+        assert {tuple(e) for e in result["graphs"][dag_id]} == edges, dag_id
+    assert set(result["tasks"]["seqenc_batch_score"]) == SCORE_TASKS
+    for dag_id in GRAPHS:  # scheduled, with real data intervals (not trigger points)
+        assert "CronDataIntervalTimetable" in result["schedules"][dag_id]
+
+
+@pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS.glob("seqenc_*.py")))
+def test_dag_files_parse_fast_without_heavy_imports(dag_file, tmp_path):
+    result = run_python(f"""
+        import importlib.util, json, sys, time
+        import airflow.sdk
+        from airflow.sdk import dag, task, Param, Variable, get_current_context, CronDataIntervalTimetable  # noqa
+        t0 = time.perf_counter()
+        spec = importlib.util.spec_from_file_location("dag_under_test", {str(DAGS / dag_file)!r})
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+        seconds = time.perf_counter() - t0
+        heavy = [m for m in ("torch", "polars", "mlflow", "numpy", "training", "parsers", "seqenc")
+                 if m in sys.modules]
+        print("RESULT-JSON:" + json.dumps({{"seconds": seconds, "heavy": heavy}}))
+    """, airflow_env(tmp_path), timeout=120)
+    assert result["heavy"] == [], f"{dag_file} imported heavy modules: {result['heavy']}"
+    assert result["seconds"] < 1.0, f"{dag_file} took {result['seconds']:.2f} s to import"
+
+
+def test_ingest_maps_one_task_per_file_and_fills_the_interval_partition(ops):
+    run = ops["ingest1"]
+    _ok(run)
+    assert run["interval"][0].startswith(DAY) and run["interval"][1].startswith("2025-03-02")
+    mapped = sorted(t for t in run["states"] if t.startswith("ingest_file["))
+    assert len(mapped) == 4  # hdfs log + labels, sessions events + labels; the .bak file is ignored
+    kinds = sorted(x["kind"] for t, x in run["xcoms"].items() if t.startswith("ingest_file["))
+    assert kinds == ["events", "labels", "labels", "logs"]
+    objects = ops["objects1"]
+    assert objects["hdfs"].height > 0 and objects["sessions"].height > 0
+    assert objects["hdfs"]["sequence_id"].n_unique() == 200
+    assert storage.read_labels(ops["workdir"] / "data", "hdfs").height == 200
+    manifest = json.loads((storage.objects_dir(ops["workdir"] / "data", "hdfs") / f"ingest_date={DAY}"
+                           / "_manifest.json").read_text())
+    assert manifest["parts"] == ["part-hdfs.parquet"]
+
+
+def test_ingest_rerun_of_an_interval_replaces_its_partition(ops):
+    _ok(ops["ingest2"])
+    assert not ops["stale"].exists()
+    assert str(ops["stale"]) in ops["ingest2"]["xcoms"]["finalize"]["removed"]
+    for source, before in ops["objects1"].items():
+        after = storage.read_objects(ops["workdir"] / "data", source, DAY)
+        assert after.sort("sequence_id", "step", "key").equals(before.sort("sequence_id", "step", "key")), source
+    assert storage.read_labels(ops["workdir"] / "data", "hdfs").height == 200  # not doubled
+
+
+def test_nightly_training_registers_and_promotes_the_first_model(ops):
+    run = ops["nightly1"]
+    _ok(run, {"train_milestone", "promote_milestone"})
+    trained, promoted = run["xcoms"]["train_anomaly"], run["xcoms"]["promote_anomaly"]
+    assert trained["dates"] == [DAY] and trained["model_version"] == "1"
+    assert promoted["promoted"] is True and "no champion yet" in promoted["reason"]
+    assert promoted["metric"] == "average_precision" and 0.0 <= promoted["new"] <= 1.0
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{ops['workdir'] / 'mlflow.db'}")
+    assert str(client.get_model_version_by_alias("seqenc-anomaly", "champion").version) == "1"
+    run_info = client.get_run(trained["run_id"])
+    assert run_info.data.tags["promotion"] == "champion"
+    assert "promotion/dev_average_precision_new" in run_info.data.metrics
+    # the split is fixed by sequence id: the same ids in the same split on every night
+    splits = pl.read_parquet(Path(trained["night_dir"]) / "sequences" / "anomaly" / "splits.parquet")
+    from training.data import fixed_split
+
+    assert splits["split"].to_list() == fixed_split(splits["sequence_id"].to_list())
+
+
+def test_nightly_training_keeps_the_champion_when_the_new_model_is_not_better(ops):
+    run = ops["nightly2"]
+    _ok(run, {"train_milestone", "promote_milestone"})
+    trained, decision = run["xcoms"]["train_anomaly"], run["xcoms"]["promote_anomaly"]
+    assert trained["model_version"] == "2"
+    # same data, same seed: the same model, so the same dev score -- not an improvement
+    assert decision["promoted"] is False and decision["champion_version"] == "1"
+    assert decision["new"] == pytest.approx(decision["champion"])
+    assert "does not beat champion" in decision["reason"]
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{ops['workdir'] / 'mlflow.db'}")
+    assert str(client.get_model_version_by_alias("seqenc-anomaly", "champion").version) == "1"
+    version = client.get_model_version("seqenc-anomaly", "2")
+    assert version.tags["promotion"] == "rejected" and version.tags["promotion_reason"] == decision["reason"]
+    assert client.get_run(trained["run_id"]).data.tags["promotion_reason"] == decision["reason"]
+
+
+def test_batch_score_writes_the_champions_predictions_by_date(ops):
+    run = ops["score1"]
+    _ok(run, {"score_milestone"})  # milestone has no champion yet: skipped with that reason
+    assert "no version with alias 'champion'" in run["_output"]
+    pred = ops["pred1"]
+    assert pred.height == 200 and pred["sequence_id"].n_unique() == 200
+    assert {"sequence_id", "score", "label", "model_version", "model_name"} <= set(pred.columns)
+    assert set(pred["model_version"].to_list()) == {"1"} and pred["score"].is_between(0, 1).all()
+    assert set(pred["label"].to_list()) <= {"Normal", "Anomaly"}
+    summary = run["xcoms"]["score_anomaly"]["dates"][0]
+    assert summary["sequences"] == 200 and sum(summary["label_count"].values()) == 200
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{ops['workdir'] / 'mlflow.db'}")
+    scored = client.get_run(summary["mlflow_run_id"])
+    assert scored.data.metrics["sequences"] == 200 and "score_p90" in scored.data.metrics
+    assert "scoring/score_histogram.png" in {a.path for a in client.list_artifacts(scored.info.run_id, "scoring")}
+
+
+def test_batch_score_rerun_leaves_the_same_rows(ops):
+    _ok(ops["score2"], {"score_milestone"})
+    folder = ops["workdir"] / "predictions" / "anomaly"
+    assert [p.name for p in folder.iterdir()] == [f"date={DAY}"]
+    again = pl.read_parquet(folder / f"date={DAY}" / "part-0.parquet")
+    assert again.equals(ops["pred1"])
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{ops['workdir'] / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("seqenc-scoring")
+    runs = client.search_runs([experiment.experiment_id], f"tags.interval = '{DAY}'")
+    assert len(runs) == 1  # the re-run replaced the day's scoring run
+
+
+def test_score_cli_is_the_dags_code(ops, tmp_path):
+    from seqenc.cli import main
+
+    workdir = ops["workdir"]
+    assert main(["score", "--model", "models:/seqenc-anomaly@champion", "--input", str(workdir / "data"),
+                 "--out", str(tmp_path / "registry"), "--date", DAY, "--tracking-dir", str(workdir),
+                 "--no-progress"]) == 0
+    got = pl.read_parquet(tmp_path / "registry" / f"date={DAY}" / "part-0.parquet")
+    assert got.equals(ops["pred1"])
+    # a bundle directory needs no tracking store; every ingest date of the model's source is scored
+    bundle = Path(ops["nightly1"]["xcoms"]["train_anomaly"]["model_dir"])
+    assert main(["score", "--model", str(bundle), "--input", str(workdir / "data"), "--out", str(tmp_path / "dir"),
+                 "--no-progress"]) == 0
+    local = pl.read_parquet(tmp_path / "dir" / f"date={DAY}" / "part-0.parquet")
+    assert local["score"].to_list() == pytest.approx(got["score"].to_list(), abs=1e-6)
+    assert local["model_version"].null_count() == local.height  # not from the registry

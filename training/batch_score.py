@@ -1,0 +1,151 @@
+"""Batch scoring of ingest partitions (``seqenc score`` and the ``seqenc_batch_score`` DAG).
+
+:func:`score_partitions` scores every sequence of one ingest date (or of each date found) with one
+model -- a bundle directory or a registry URI such as ``models:/seqenc-anomaly@champion``
+(training.registry) -- and writes::
+
+    <out>/date=<YYYY-MM-DD>/part-0.parquet
+        sequence_id, score, label, prob_<class>..., model_name, model_version, model_uri
+
+``score`` is P(positive class) for a binary task and the winning class's probability otherwise;
+``label`` is the predicted class (binary: the bundle's threshold). The part is written
+atomically and replaces the date's earlier output, so re-scoring a day leaves the same rows.
+
+With a tracking store (``tracking_dir``, or MLFLOW_TRACKING_URI) each scored date is one MLflow
+run in the experiment ``seqenc-scoring`` (tags ``interval`` and ``model_name``): params (model
+URI and version, date, source), metrics (``sequences``, ``label_count/<class>``,
+``label_share/<class>``, ``score_mean`` and ``score_p50/p90/p99``) and a histogram of the
+scores as an artifact. Choice: re-scoring a date deletes the earlier run of the same model name
+and date, so the experiment holds one run per scored day, as the Parquet output does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from parsers import storage
+from training import tracking
+from training.registry import is_model_uri, resolve_model
+from training.scoring import load_bundle, score_objects
+
+log = logging.getLogger(__name__)
+
+SCORING_EXPERIMENT = "seqenc-scoring"
+
+
+def _source_of(meta: dict, source: str | None) -> str:
+    if source:
+        return source
+    if meta.get("source"):
+        return meta["source"]
+    from training.pipeline import TASKS  # bundles saved before metadata carried "source"
+
+    if meta.get("task_name") in TASKS:
+        return TASKS[meta["task_name"]].source
+    raise ValueError("the model's metadata names no source; give --source")
+
+
+def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, source: str | None = None,
+                     dates: list[str] | None = None, tracking_dir: str | Path | None = None,
+                     progress: bool = True) -> dict:
+    """Score the objects of ``source`` for each date of ``dates`` (default: every ingest date
+    under ``data_root``) into ``out_dir/date=<d>/part-0.parquet``; see the module docstring.
+
+    A registry URI is resolved against ``tracking_dir``'s store (or MLFLOW_TRACKING_URI);
+    runs are logged when either is given."""
+    track = tracking_dir is not None or tracking._USER_URI is not None
+    if is_model_uri(str(model)):
+        if not track:
+            raise ValueError(f"{model} is a registry URI: give the tracking store (--tracking-dir WORKDIR, or set "
+                             "MLFLOW_TRACKING_URI)")
+    if track:
+        tracking.use_store(tracking_dir or out_dir)
+    with tempfile.TemporaryDirectory(prefix="seqenc-score-") as tmp:
+        resolved = resolve_model(model, tmp)
+        bundle = load_bundle(resolved.bundle)
+        meta = bundle[2]
+        source = _source_of(meta, source)
+        dates = [storage.ingest_date_str(d) for d in dates] if dates else storage.ingest_dates(data_root, source)
+        if not dates:
+            raise FileNotFoundError(f"no ingested objects of source {source!r} under {data_root}")
+        results = []
+        for day in dates:
+            objects = storage.read_objects(data_root, source, day)
+            if objects.is_empty():
+                log.warning("%s: no objects of source %s on %s", data_root, source, day)
+            predictions = _predictions(bundle, objects, resolved, progress)
+            path = Path(out_dir) / f"date={day}" / "part-0.parquet"
+            storage.write_parquet_atomic(predictions, path)
+            summary = summarize(predictions, [str(c) for c in bundle[0].config.class_names or []])
+            summary.update(date=day, source=source, predictions=str(path), model_uri=resolved.uri,
+                           model_name=resolved.name, model_version=resolved.version)
+            if track:
+                summary["mlflow_run_id"] = _log_run(summary, predictions, tracking_dir or out_dir)
+            log.info("scored %s %s: %d sequences -> %s", source, day, predictions.height, path)
+            results.append(summary)
+    return {"model_uri": str(model), "model_name": resolved.name, "model_version": resolved.version,
+            "source": source, "dates": results}
+
+
+def _predictions(bundle, objects: pl.DataFrame, resolved, progress: bool) -> pl.DataFrame:
+    if objects.is_empty():
+        names = bundle[0].config.class_names or []
+        frame = pl.DataFrame({"sequence_id": [], "score": [], "prediction": []},
+                             schema={"sequence_id": pl.String, "score": pl.Float64, "prediction": pl.String})
+        frame = frame.with_columns([pl.lit(None, pl.Float64).alias(f"prob_{c}") for c in names])
+    else:
+        frame = score_objects(bundle, objects, progress=progress)
+    frame = frame.rename({"prediction": "label"}).sort("sequence_id")
+    return frame.with_columns(pl.lit(resolved.name, pl.String).alias("model_name"),
+                              pl.lit(resolved.version, pl.String).alias("model_version"),
+                              pl.lit(resolved.uri, pl.String).alias("model_uri"))
+
+
+def summarize(predictions: pl.DataFrame, class_names: list[str]) -> dict:
+    """Counts per predicted label and the score distribution of one scored date."""
+    n = predictions.height
+    counts = dict(predictions.group_by("label").len().iter_rows()) if n else {}
+    scores = predictions["score"].to_numpy() if n else np.zeros(0)
+    out = {"sequences": n, "label_count": {c: int(counts.get(c, 0)) for c in class_names}}
+    out["label_share"] = {c: (out["label_count"][c] / n if n else 0.0) for c in class_names}
+    if n:
+        out.update(score_mean=float(scores.mean()), score_p50=float(np.quantile(scores, 0.5)),
+                   score_p90=float(np.quantile(scores, 0.9)), score_p99=float(np.quantile(scores, 0.99)))
+    return out
+
+
+def _log_run(summary: dict, predictions: pl.DataFrame, store_dir) -> str:
+    import mlflow
+
+    from training.metrics import plot_score_histogram
+
+    experiment = tracking.experiment_id(store_dir, SCORING_EXPERIMENT)
+    client = mlflow.MlflowClient()
+    name = summary["model_name"] or Path(summary["model_uri"]).name
+    previous = client.search_runs([experiment], f"tags.interval = '{summary['date']}' and "
+                                                f"tags.model_name = '{name}' and tags.source = '{summary['source']}'")
+    for run in previous:  # re-scoring a date replaces its run
+        client.delete_run(run.info.run_id)
+    with mlflow.start_run(experiment_id=experiment, run_name=f"score-{name}-{summary['date']}") as run:
+        mlflow.set_tags({"interval": summary["date"], "model_name": name, "source": summary["source"],
+                         "git_commit": tracking.git_commit()})
+        mlflow.log_params({"model_uri": summary["model_uri"], "model_version": summary["model_version"],
+                           "date": summary["date"], "source": summary["source"]})
+        metrics = {k: summary[k] for k in ("sequences", "score_mean", "score_p50", "score_p90", "score_p99")
+                   if k in summary}
+        metrics.update({f"label_count/{c}": v for c, v in summary["label_count"].items()})
+        metrics.update({f"label_share/{c}": v for c, v in summary["label_share"].items()})
+        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+        with tempfile.TemporaryDirectory() as tmp:
+            plot_score_histogram(predictions["score"].to_numpy(), predictions["label"].to_list(),
+                                 Path(tmp) / "score_histogram.png",
+                                 f"{name} v{summary['model_version']} on {summary['date']}: scores")
+            (Path(tmp) / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+            mlflow.log_artifacts(tmp, "scoring")
+        return run.info.run_id
