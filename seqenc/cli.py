@@ -113,9 +113,10 @@ def cmd_train(args) -> int:
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
                            progress=not args.no_progress)
     print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir")}, indent=2))
-    from training.tracking import ui_command
+    if result.get("tracking_uri"):  # rank 0 (other data-parallel ranks log nothing)
+        from training.tracking import ui_command
 
-    print(f"MLflow UI: {ui_command(result['tracking_uri'])}")
+        print(f"MLflow UI: {ui_command(result['tracking_uri'])}")
     return 0
 
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_model, save_file
 from torch import nn
 
 from seqenc.attention import SelfAttention, SharedHeadProjections, additive_mask
@@ -229,6 +229,22 @@ class KeyAggregator(nn.Module):
         return self.head.top_k(self.encode(key_reprs, key_mask), k)
 
 
+
+def _unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """One copy of every distinct tensor of a state dict, under the name safetensors' own
+    ``load_model`` expects (the alphabetically first of the names that hold it: the TVM-KA shared
+    heads are one Parameter under a ``tvm.`` and a ``ka.`` name).
+
+    Not ``safetensors.torch.save_model``: it groups tensors by *storage*, and under DeepSpeed ZeRO
+    every parameter is a view into one flat buffer, so it saw a single giant group and refused.
+    Here a tensor is the same tensor when it is the same view (address, shape, strides, dtype)."""
+    groups: dict[tuple, list[str]] = {}
+    for name, tensor in state.items():
+        key = (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype) if tensor.numel() \
+            else (name,)  # empty tensors have no address to compare
+        groups.setdefault(key, []).append(name)
+    return {min(names): state[min(names)].detach().cpu().contiguous().clone() for names in groups.values()}
+
 class SaveLoadMixin:
     """Hugging Face style persistence for every model of the package: a directory with
     ``config.json`` (the TVMKAConfig), ``model.safetensors``, ``architecture.json`` (class name
@@ -246,8 +262,7 @@ class SaveLoadMixin:
         self.config.save(directory / "config.json")
         arch = {"class": type(self).__name__, "options": self.init_options()}
         (directory / "architecture.json").write_text(json.dumps(arch, indent=2))
-        # save_model de-duplicates tensors held twice (the TVM-KA shared heads)
-        save_model(self, str(directory / "model.safetensors"))
+        save_file(_unique_tensors(self.state_dict()), str(directory / "model.safetensors"), metadata={"format": "pt"})
         if extra:
             (directory / "metadata.json").write_text(json.dumps(extra, indent=2, sort_keys=True))
         return directory

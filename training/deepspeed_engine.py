@@ -172,6 +172,12 @@ def init_distributed() -> None:
     deepspeed.init_distributed(dist_backend=backend)  # a no-op when already initialised
 
 
+def barrier() -> None:
+    """Wait for every rank (setting up the process group first when needed)."""
+    init_distributed()
+    torch.distributed.barrier()
+
+
 # --- configuration ----------------------------------------------------------------------------
 def _load_config(config: str | Path | dict) -> dict:
     if isinstance(config, dict):

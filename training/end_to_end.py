@@ -41,7 +41,7 @@ from seqenc.pretrained import load_bert_encoder
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
 from training.data import class_weights
-from training.engines import make_engine
+from training.engines import make_engine, shard
 from training.phased import PhasedTrainer
 from training.trainer import END_TO_END, TrainConfig, phase_plan
 
@@ -78,6 +78,7 @@ class EndToEndTrainer(PhasedTrainer):
             loss_sum = 0.0
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.batch_size, len(train_idx)), replace=False)
+                batch = shard(batch, self.rank, self.world)
                 logits = self.model(*self.inputs(batch.tolist()))
                 loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
                 engine.backward(loss / self.cfg.grad_accum)

@@ -11,6 +11,8 @@ the peak learning rate at ``total`` updates.
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 
@@ -45,6 +47,31 @@ class PlainEngine:
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def data_parallel(deepspeed: str | dict | None) -> tuple[int, int]:
+    """(rank, world size) of this process: under DeepSpeed, what the launcher (``deepspeed``,
+    ``torchrun``) set in ``RANK`` / ``WORLD_SIZE``; otherwise (0, 1).
+
+    Data parallelism in the trainers (choice): every rank draws the *same* batch (same seeds) and
+    keeps rows ``rank::world`` of it, so one update reads the configured batch across all ranks
+    and DeepSpeed's gradient average makes it one step over that batch. Only rank 0 logs to
+    MLflow and writes the model bundle; each rank keeps its own checkpoints and KR cache (ZeRO
+    partitions the optimizer state per rank)."""
+    if deepspeed is None:
+        return 0, 1
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def shard(rows, rank: int, world: int):
+    """Rows ``rank::world`` of a batch (a tensor, array or tuple of them, first dimension = rows);
+    the whole batch when it has fewer rows than there are ranks."""
+    first = rows[0] if isinstance(rows, tuple) else rows
+    if world == 1 or len(first) < world:
+        return rows
+    if isinstance(rows, tuple):
+        return tuple(r[rank::world] for r in rows)
+    return rows[rank::world]
 
 
 def make_engine(network: torch.nn.Module, lr: float, weight_decay: float, warmup: int, total: int,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from training.checkpoint import Checkpointer, restore_rng, rng_state
+from training.engines import data_parallel
 from training.metrics import best_threshold, headline, split_metrics
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,9 @@ class PhasedTrainer:
         self.step = 0  # global update counter across networks (the MLflow step axis)
         self.phase = self.phase_step = 0
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        self.checkpoints = Checkpointer(self.workdir / "checkpoints")
+        self.rank, self.world = data_parallel(cfg.deepspeed)  # (0, 1) without DeepSpeed
+        ckpt_dir = self.workdir / "checkpoints"
+        self.checkpoints = Checkpointer(ckpt_dir / f"rank-{self.rank}" if self.world > 1 else ckpt_dir)
         self.engines: dict = {}  # name -> engine (training.engines), set by the subclass
         self._phase_t0 = time.time()
         torch.manual_seed(cfg.seed)

@@ -35,6 +35,7 @@ from seqenc.tokenizer import ValueTokenizer
 from training import tracking
 from training.data import fixed_split, label_array, split_indices
 from training.end_to_end import EndToEndTrainer, comparison_model
+from training.engines import data_parallel
 from training.metrics import plot_confusion, plot_losses, plot_pr_curve, predict, task_metrics
 from training.scoring import load_bundle, save_bundle, score_objects
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
@@ -247,12 +248,13 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     else:
         model = TVMKA(TVMKAConfig(**{**sz["model"], **(model_overrides or {}), **task}))
     train_cfg = TrainConfig(**train)
+    rank, _ = data_parallel(train_cfg.deepspeed)  # only rank 0 logs and saves (training.engines)
     job = job_dir(workdir, task_name)
-    if not resume:
+    if not resume and rank == 0:
         _fresh_dir(job)
         (job / "job.json").write_text(json.dumps(job_args, indent=2))
-    out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
-    hooks = {"log_metrics": tracking.log_metrics, "progress": progress, "on_phase_end": tracking.log_phase_run}
+    hooks = {"log_metrics": tracking.log_metrics, "progress": progress, "on_phase_end": tracking.log_phase_run} \
+        if rank == 0 else {"progress": False}
     if mode in END_TO_END:
         objects = storage.read_objects(data_root, spec.source)
         model, inputs = comparison_model(mode, model.config, data, tok, with_event_key(objects) if spec.event_key
@@ -263,6 +265,11 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     config = model.config
     if resume and not trainer.resume():
         raise FileNotFoundError(f"nothing to resume: no checkpoint under {job / 'checkpoints'}")
+    if rank != 0:  # another data-parallel rank: it trains in step with rank 0, which logs and saves
+        result = trainer.fit()
+        return {"rank": rank, "metrics": {"dev": result["dev"], "test": result["test"]}, "job_dir": str(job),
+                "run_id": None, "model_dir": None}
+    out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
     stats = json.loads((seq_dir / "stats.json").read_text())
     params = {"task": task_name, "mode": mode, "size": size, "pretrained": pretrained or "none",
               "model": config.to_dict(), "train": asdict(train_cfg), "data": stats}
@@ -318,7 +325,14 @@ def run_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, m
     unknown = set(config) - {"model", "train"}
     if unknown:
         raise ValueError(f"unknown config sections {sorted(unknown)}; use 'model' and 'train'")
-    stage_sequences(workdir, task_name, size, seed, pretrained=pretrained)
+    deepspeed = config.get("train", {}).get("deepspeed")
+    rank, world = data_parallel(deepspeed)
+    if rank == 0:
+        stage_sequences(workdir, task_name, size, seed, pretrained=pretrained)
+    if world > 1:  # the other ranks read what rank 0 wrote (value sequences, vocabulary, splits)
+        from training.deepspeed_engine import barrier
+
+        barrier()
     return stage_train(workdir, task_name, size, seed, progress=progress, pretrained=pretrained,
                        pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
                        model_overrides=config.get("model"))

@@ -43,7 +43,7 @@ from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
 from training.data import MLMBatches, class_weights
-from training.engines import make_engine
+from training.engines import make_engine, shard
 from training.phased import PhasedTrainer
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class InterleavedTrainer(PhasedTrainer):
             self.model.train()
             metrics = {}
             for _ in range(self.cfg.grad_accum):
-                losses = self.model.tvm.mlm_loss(*next(self.mlm))
+                losses = self.model.tvm.mlm_loss(*shard(next(self.mlm), self.rank, self.world))
                 losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
                                   else (losses,)))
                 self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
@@ -190,6 +190,7 @@ class InterleavedTrainer(PhasedTrainer):
             losses = []
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.ka_batch_size, len(train_idx)), replace=False)
+                batch = shard(batch, self.rank, self.world)
                 reprs, mask = gather_keys(self.kr, offsets, batch)
                 logits = self.model.ka(reprs, mask)
                 loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
@@ -214,7 +215,8 @@ class InterleavedTrainer(PhasedTrainer):
         self.kr = None  # reloaded from the cache file when a KA phase needs it
 
     def _cache_path(self, version: int) -> Path:
-        return self.workdir / f"kr_cache_v{version}.safetensors"
+        rank = f".rank-{self.rank}" if self.world > 1 else ""  # ranks do not share one file
+        return self.workdir / f"kr_cache_v{version}{rank}.safetensors"
 
     def _load_cache(self) -> torch.Tensor:
         return load_file(str(self._cache_path(self.kr_version)))["kr"]

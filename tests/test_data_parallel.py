@@ -1,0 +1,94 @@
+"""``seqenc train --deepspeed`` with two data-parallel ranks, started the way torchrun starts them
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), on CPU with gloo: rank 0 alone builds
+the value sequences, logs to MLflow and saves the model; both ranks train on their halves of
+every batch and end with the same weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import torch
+from safetensors.torch import load_file
+
+from training.pipeline import stage_generate, stage_ingest_logs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
+    workdir = tmp_path / "work"
+    raw = stage_generate(str(workdir), "tiny", 0)
+    stage_ingest_logs(str(workdir), raw["hdfs_log"], raw["hdfs_labels"])
+    ds = tmp_path / "ds.json"
+    ds.write_text(json.dumps({"zero_optimization": {"stage": 1},
+                              "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}))
+    port = str(_free_port())
+    workers = []
+    for rank in range(2):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                    "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
+                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+        cmd = [sys.executable, "-m", "seqenc.cli", "train", "--workdir", str(workdir), "--task", "anomaly",
+               "--size", "tiny", "--deepspeed", str(ds), "--no-progress"]
+        workers.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for worker in workers:
+        try:
+            outputs.append(worker.communicate(timeout=600)[0])
+        finally:
+            worker.kill()
+    for worker, out in zip(workers, outputs):
+        assert worker.returncode == 0, out[-5000:]
+
+    printed = [json.loads(out[out.index("{\n"):out.index("\n}") + 2]) for out in outputs]
+    assert printed[0]["run_id"] and printed[0]["model_dir"]
+    assert printed[1]["run_id"] is None and printed[1]["model_dir"] is None  # rank 1 logs and saves nothing
+    assert printed[0]["metrics"]["test"] == printed[1]["metrics"]["test"]  # the same model on both ranks
+
+    client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, "tags.mlflow.parentRunId IS NULL")
+    assert [r.info.run_id for r in runs] == [printed[0]["run_id"]]
+    assert len(client.search_model_versions("name = 'seqenc-anomaly'")) == 1
+
+    job = workdir / "models" / "anomaly" / "job"
+    last = {r: sorted((job / "checkpoints" / f"rank-{r}").glob("step-*"))[-1] for r in (0, 1)}
+    assert last[0].name == last[1].name
+    weights = [load_file(str(last[r] / "weights.safetensors")) for r in (0, 1)]
+    for name, tensor in weights[0].items():
+        assert torch.allclose(tensor, weights[1][name], atol=1e-6), name
+    assert sorted(p.name for p in job.glob("kr_cache_*")) == [
+        f"kr_cache_v{v}.rank-{r}.safetensors" for v in sorted({int(p.name.split("_v")[1].split(".")[0])
+                                                              for p in job.glob("kr_cache_*")}) for r in (0, 1)]
+
+    # the model trained under ZeRO-1 (its weights were views into DeepSpeed's flat buffer) saved and loads
+    from training.scoring import load_bundle
+
+    model, _, meta = load_bundle(printed[0]["model_dir"])
+    saved = load_file(str(Path(printed[0]["model_dir"]) / "model.safetensors"))
+    assert meta["mode"] == "interleaved" and len(saved) < len(model.state_dict())  # shared heads stored once
+
+
+def test_each_rank_keeps_its_rows_of_a_batch():
+    from training.engines import data_parallel, shard
+
+    batch = (torch.arange(10).reshape(5, 2), torch.arange(5))
+    halves = [shard(batch, r, 2) for r in (0, 1)]
+    assert halves[0][1].tolist() == [0, 2, 4] and halves[1][1].tolist() == [1, 3]
+    assert torch.equal(halves[1][0], batch[0][1::2])
+    assert shard(torch.arange(1), 1, 2).tolist() == [0]  # fewer rows than ranks: everyone takes all
+    assert data_parallel(None) == (0, 1)
