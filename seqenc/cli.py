@@ -226,14 +226,18 @@ def cmd_bench_parse(args) -> int:
 def cmd_bench_ingest(args) -> int:
     from parsers.bench import bench_ingest, ingest_table
 
-    result = bench_ingest(args.lines, seed=args.seed)
-    out = Path(args.json)
+    _write_result(bench_ingest(args.lines, seed=args.seed), ingest_table, args.json)
+    return 0
+
+
+def _write_result(result: dict, table, json_path) -> None:
+    """A benchmark's JSON at ``json_path``, its Markdown ``table(result)`` beside it, printed."""
+    out = Path(json_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(ingest_table(result) + "\n")
-    print(ingest_table(result))
+    out.with_suffix(".md").write_text(table(result) + "\n")
+    print(table(result))
     print(f"wrote {out}, {out.with_suffix('.md')}")
-    return 0
 
 
 def cmd_bench_score(args) -> int:
@@ -243,12 +247,7 @@ def cmd_bench_score(args) -> int:
                                   threads=args.threads, seed=args.seed)
     out = Path(args.json)
     workdir = Path(args.workdir or out.with_suffix("")).resolve()
-    result = bench_score(settings, workdir, progress=not args.no_progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(score_table(result) + "\n")
-    print(score_table(result))
-    print(f"wrote {out}, {out.with_suffix('.md')}")
+    _write_result(bench_score(settings, workdir, progress=not args.no_progress), score_table, out)
     return 0
 
 

@@ -6,25 +6,15 @@ every batch and end with the same weights."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 from pathlib import Path
 
 import mlflow
 import torch
+from ranks import run_ranks
 from safetensors.torch import load_file
 
 from training.pipeline import stage_generate, stage_ingest_logs
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
@@ -34,25 +24,9 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 1},
                               "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}))
-    port = str(_free_port())
-    workers = []
-    for rank in range(2):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": port, "OMP_NUM_THREADS": "1",
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
-        cmd = [sys.executable, "-m", "seqenc.cli", "train", "--workdir", str(workdir), "--task", "anomaly",
-               "--size", "tiny", "--deepspeed", str(ds), "--no-progress"]
-        workers.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for worker in workers:
-        try:
-            outputs.append(worker.communicate(timeout=600)[0])
-        finally:
-            worker.kill()
-    for worker, out in zip(workers, outputs):
-        assert worker.returncode == 0, out[-5000:]
+    cmd = [sys.executable, "-m", "seqenc.cli", "train", "--workdir", str(workdir), "--task", "anomaly",
+           "--size", "tiny", "--deepspeed", str(ds), "--no-progress"]
+    outputs = run_ranks(cmd, tmp_path, world=2, env={"OMP_NUM_THREADS": "1"})
 
     printed = [json.loads(out[out.index("{\n"):out.index("\n}") + 2]) for out in outputs]
     assert printed[0]["run_id"] and printed[0]["model_dir"]

@@ -5,7 +5,6 @@ resumes exactly from a plain (JSON + tensors) state."""
 import copy
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,13 +28,15 @@ def _deepspeed_or_skip():
 
 _deepspeed_or_skip()
 
+from ranks import run_ranks  # noqa: E402  (tests/ranks.py)
+
 from seqenc.config import TVMKAConfig  # noqa: E402
 from seqenc.model import TVMKA  # noqa: E402
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences  # noqa: E402
 from seqenc.tokenizer import ValueTokenizer  # noqa: E402
 from training.checkpoint import join_tensors, split_tensors  # noqa: E402
 from training.data import split_indices  # noqa: E402
-from training.deepspeed_engine import DeepSpeedEngine, _free_port  # noqa: E402
+from training.deepspeed_engine import DeepSpeedEngine  # noqa: E402
 from training.engines import PlainEngine  # noqa: E402
 from training.trainer import InterleavedTrainer, TrainConfig  # noqa: E402
 
@@ -331,23 +332,9 @@ def test_two_processes_zero_1_and_2_with_shared_heads():
     correct (this is where ZeRO's per-parameter attributes, overwritten by the engine created
     last, would otherwise send gradients to the wrong slots). Two workers started the way a
     launcher starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT)."""
-    root = Path(__file__).resolve().parents[1]
-    port = str(_free_port())
-    workers = []
-    for rank in range(2):
-        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
-               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        workers.append(subprocess.Popen([sys.executable, __file__], cwd=root, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True))
-    outputs = []
-    for worker in workers:
-        try:
-            outputs.append(worker.communicate(timeout=300)[0])
-        finally:
-            worker.kill()
-    for worker, out in zip(workers, outputs):
-        assert worker.returncode == 0 and out.count("two-rank ok") == 2, out[-4000:]
+    outputs = run_ranks([sys.executable, __file__], Path(__file__).resolve().parents[1], world=2, timeout=300)
+    for out in outputs:
+        assert out.count("two-rank ok") == 2, out[-4000:]
 
 
 if __name__ == "__main__":  # a worker of test_two_processes_zero_1_and_2_with_shared_heads

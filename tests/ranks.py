@@ -1,0 +1,41 @@
+"""Start N data-parallel worker processes the way a launcher (torchrun, deepspeed) starts them:
+RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT in each one's environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(cmd: list[str], cwd, world: int = 2, timeout: float = 600, env: dict | None = None) -> list[str]:
+    """Run ``cmd`` as ranks 0..world-1 at once; returns their outputs (stdout + stderr) after
+    asserting that every one exited 0. MLFLOW_* variables of this process are not passed on."""
+    port = str(free_port())
+    workers = []
+    for rank in range(world):
+        worker_env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+        worker_env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                           **(env or {})})
+        workers.append(subprocess.Popen(cmd, cwd=cwd, env=worker_env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    for worker in workers:
+        try:
+            outputs.append(worker.communicate(timeout=timeout)[0])
+        finally:
+            worker.kill()
+    for rank, (worker, out) in enumerate(zip(workers, outputs)):
+        assert worker.returncode == 0, f"rank {rank} failed:\n{out[-5000:]}"
+    return outputs
