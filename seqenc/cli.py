@@ -3,10 +3,12 @@
     seqenc demo --out DIR          the main job on the built-in data (generate, ingest, train, score)
     seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
+    seqenc train --workdir DIR --task T [--mode M] [--deepspeed ds.json]   one training job (--resume JOB)
     seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
     seqenc bench model --json OUT  TVM-KA vs flattened BERT: time and peak memory of one pass
     seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 defaults
     seqenc bench ingest --lines N --json OUT     ingest throughput vs a plain Drain3 loop, peak RSS
+    seqenc bench accuracy --data DIR --json OUT  every training mode + a count baseline, same splits
     seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
     seqenc ui [--workdir DIR]      the MLflow UI on a work directory's runs
 
