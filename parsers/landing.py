@@ -120,6 +120,12 @@ def _label_stem(item: dict) -> str:
     return f"{item['date']}_{Path(item['path']).name.removesuffix('.gz').rsplit('.', 1)[0]}"
 
 
+def part_of(item: dict) -> str:
+    """The part file a landing file writes: objects (and rejects) for logs and events, labels
+    (and rejects) for label files."""
+    return storage.part_name(_label_stem(item) + ".csv" if item["kind"] == "labels" else item["path"])
+
+
 def ingest_file(item: dict, root: str | Path, sources: dict | None = None) -> dict:
     """Ingest one file found by :func:`find_interval_files` into the data root; returns the
     ingest report plus ``path, source, date, kind, part``."""
@@ -128,7 +134,7 @@ def ingest_file(item: dict, root: str | Path, sources: dict | None = None) -> di
     from parsers.logs import ingest_labels
     from parsers.presets import PRESETS
 
-    sources = load_sources(sources) if not isinstance(sources, dict) else {**DEFAULT_SOURCES, **sources}
+    sources = load_sources(sources)
     source, day, path, kind = item["source"], item["date"], Path(item["path"]), item["kind"]
     opts = sources.get(source, {})
     share = opts.get("max_reject_share", DEFAULT_MAX_REJECT_SHARE)
@@ -138,20 +144,16 @@ def ingest_file(item: dict, root: str | Path, sources: dict | None = None) -> di
             raise ValueError(f"landing source {source!r}: no log format; give it a 'preset' in the sources config "
                              f"(one of {', '.join(sorted(PRESETS))})")
         report = ingest_logs(path, root, source=source, preset=preset, ingest_date=day, max_reject_share=share)
-        part = storage.part_name(path)
     elif kind == "events":
         report = ingest_events(path, root, source=source, session_field=opts.get("session_field", "session_id"),
                                ts_field=opts.get("ts_field", "ts"), ingest_date=day, max_reject_share=share)
-        part = storage.part_name(path)
     elif kind == "labels":
-        stem = _label_stem(item)
         report = ingest_labels(path, root, source, id_column=opts.get("id_column"),
-                               label_column=opts.get("label_column"), ingest_date=day, part_stem=stem)
-        part = storage.part_name(stem + ".csv")
+                               label_column=opts.get("label_column"), ingest_date=day, part_stem=_label_stem(item))
     else:
         raise ValueError(f"unknown landing file kind {kind!r} for {path}")
     out = json.loads(json.dumps(report, default=str))
-    return {**out, "path": str(path), "source": source, "date": day, "kind": kind, "part": part}
+    return {**out, "path": str(path), "source": source, "date": day, "kind": kind, "part": part_of(item)}
 
 
 def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> dict:
@@ -161,12 +163,10 @@ def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> d
     expected: dict[tuple[str, str], set[str]] = {}  # objects parts
     expected_rejects: dict[tuple[str, str], set[str]] = {}  # label files' rejects too
     for item in files:
-        key = (item["source"], item["date"])
-        if item["kind"] == "labels":
-            expected_rejects.setdefault(key, set()).add(storage.part_name(_label_stem(item) + ".csv"))
-        else:
-            expected.setdefault(key, set()).add(storage.part_name(item["path"]))
-            expected_rejects.setdefault(key, set()).add(storage.part_name(item["path"]))
+        key, part = (item["source"], item["date"]), part_of(item)
+        expected_rejects.setdefault(key, set()).add(part)
+        if item["kind"] != "labels":
+            expected.setdefault(key, set()).add(part)
     sources = {item["source"] for item in files}
     for table in ("objects", "rejects"):
         sources |= {p.name.split("=", 1)[1] for p in (root / table).glob("source=*")}

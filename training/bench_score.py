@@ -89,9 +89,8 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, d
     from parsers.log_ingest import ingest_logs
     from seqenc.config import TVMKAConfig
     from seqenc.model import TVMKA
-    from seqenc.sequences import collect_value_sequences, tokenize_value_sequences, with_event_key
-    from seqenc.tokenizer import ValueTokenizer
-    from training.pipeline import TASKS
+    from seqenc.sequences import collect_value_sequences, with_event_key
+    from training.pipeline import TASKS, vocab_and_windows
     from training.scoring import save_bundle
 
     spec = TASKS["anomaly"]
@@ -109,8 +108,9 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, d
              time.perf_counter() - t0)
 
     value_seqs = collect_value_sequences(with_event_key(objects), spec.exclude_keys)
-    tok = ValueTokenizer.train(value_seqs["key"].to_list() + value_seqs["values"].explode().to_list(),
-                               vocab_size=s.vocab_size)
+    # the vocabulary and windows the way training builds them (every generated sequence is "train")
+    tok, data = vocab_and_windows(value_seqs, pl.Series(ids), {"vocab_size": s.vocab_size,
+                                                                "max_positions": s.max_positions})
     torch.manual_seed(s.seed)
     config = TVMKAConfig(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, max_positions=s.max_positions,
                          d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, n_shared_heads=s.n_shared_heads,
@@ -119,7 +119,6 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, d
     metadata = {"task_name": "anomaly", "threshold": 0.5, "mode": "random_init",
                 "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key}
     bundle = save_bundle(TVMKA(config), tok, metadata, workdir / "bundle")
-    data = tokenize_value_sequences(value_seqs, tok, config.max_positions, config.long_sequences, config.max_windows)
     stats = {"lines": generated["lines"], "objects": objects.select("sequence_id", "step").unique().height,
              "rows": objects.height, **{k: data.stats[k] for k in ("keys", "windows", "tokens", "values")},
              "vocab_size": tok.vocab_size}
