@@ -1,6 +1,6 @@
 """seqenc_batch_score: each day, score the day's sequences with each task's champion model.
 
-Graph: one ``score_<task>`` per task (``anomaly``, ``milestone``).
+Graph: one ``score_<task>`` per task (``anomaly``, ``milestone``, ``next_item``).
 
 Each loads ``models:/seqenc-<task>@champion`` from the Model Registry (only the bundle's
 safetensors + JSON, training.registry), scores every sequence of the day's ingest partition of
@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import CronDataIntervalTimetable, Param, dag, get_current_context, task
 
-TASK_NAMES = ("anomaly", "milestone")
+TASK_NAMES = ("anomaly", "milestone", "next_item")
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 

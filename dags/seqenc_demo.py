@@ -6,8 +6,9 @@ dicts those stages return (paths, counts, run ids) through XCom, never data. The
 
 Graph::
 
-    generate -> ingest_logs   -> sequences_anomaly   -> train_anomaly   -> score_anomaly
-             -> ingest_events -> sequences_milestone -> train_milestone -> score_milestone
+    generate -> ingest_logs      -> sequences_anomaly   -> train_anomaly   -> score_anomaly
+             -> ingest_events    -> sequences_milestone -> train_milestone -> score_milestone
+             -> ingest_purchases -> sequences_next_item -> train_next_item -> score_next_item
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-TASK_NAMES = ("anomaly", "milestone")
+TASK_NAMES = ("anomaly", "milestone", "next_item")
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
@@ -63,6 +64,15 @@ def ingest_events(raw: dict) -> dict:
 
 
 @task
+def ingest_purchases(raw: dict) -> dict:
+    from training.pipeline import stage_ingest_events
+
+    workdir, _, _ = _params()
+    return stage_ingest_events(workdir, raw["purchases"], raw["purchases_labels"], ingest_date=_ingest_date(),
+                               source="purchases")
+
+
+@task
 def sequences(ingested: dict, task_name: str) -> dict:
     from training.pipeline import stage_sequences
 
@@ -105,7 +115,7 @@ def score(trained: dict, task_name: str) -> dict:
 )
 def seqenc_demo():
     raw = generate()
-    ingested = {"anomaly": ingest_logs(raw), "milestone": ingest_events(raw)}
+    ingested = {"anomaly": ingest_logs(raw), "milestone": ingest_events(raw), "next_item": ingest_purchases(raw)}
     for name in TASK_NAMES:
         seqs = sequences.override(task_id=f"sequences_{name}")(ingested[name], name)
         trained = train.override(task_id=f"train_{name}")(seqs, name)

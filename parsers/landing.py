@@ -22,7 +22,7 @@ Three steps, so that an orchestrator can run the middle one once per file (Airfl
 Per-source options come from a sources config (:func:`load_sources`): a JSON object
 ``{source: {"preset": ..., "session_field": ..., "ts_field": ..., "id_column": ...,
 "label_column": ..., "max_reject_share": ...}}``. Defaults: a source named like a log preset
-uses that preset; ``sessions`` events use ``session_id`` and ``ts``; label CSVs use their first
+uses that preset; ``sessions`` and ``purchases`` events use ``session_id`` and ``ts``; label CSVs use their first
 two columns; a file with more than 10 % rejected lines fails its task (its rejects are written
 first, with reasons).
 
@@ -50,6 +50,8 @@ EVENT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjso
 DEFAULT_SOURCES = {
     "hdfs": {"preset": "hdfs", "id_column": "BlockId", "label_column": "Label"},
     "sessions": {"session_field": "session_id", "ts_field": "ts", "id_column": "session_id", "label_column": "label"},
+    # purchase events (the next_item task): one sequence per user, the label is the next product
+    "purchases": {"session_field": "session_id", "ts_field": "ts", "id_column": "session_id", "label_column": "label"},
 }
 DEFAULT_MAX_REJECT_SHARE = 0.1
 MANIFEST = "_manifest.json"

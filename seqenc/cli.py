@@ -313,7 +313,8 @@ def build_parser() -> argparse.ArgumentParser:
                            "`seqenc demo`), trains, evaluates, logs to MLflow and saves a model bundle. A killed "
                            "job continues with --resume JOB_DIR (printed as job_dir).")
     train.add_argument("--workdir", help="work directory holding data/ (as written by seqenc demo)")
-    train.add_argument("--task", choices=["anomaly", "milestone"], help="which task of the work directory")
+    train.add_argument("--task", choices=["anomaly", "milestone", "next_item"],
+                       help="which task of the work directory (sources hdfs, sessions, purchases)")
     train.add_argument("--mode", default="interleaved",
                        choices=["interleaved", "no_interleave", "joint", "flattened", "record_view"],
                        help="Algorithm 1 (default), the TVM-once-then-KA ablation, TVM-KA end to end, or a "

@@ -23,6 +23,10 @@ EDGES = {
     ("ingest_events", "sequences_milestone"),
     ("sequences_milestone", "train_milestone"),
     ("train_milestone", "score_milestone"),
+    ("generate", "ingest_purchases"),
+    ("ingest_purchases", "sequences_next_item"),
+    ("sequences_next_item", "train_next_item"),
+    ("train_next_item", "score_next_item"),
 }
 TASK_IDS = {t for edge in EDGES for t in edge}
 @pytest.fixture(scope="module")
@@ -92,7 +96,7 @@ def test_dag_runs_end_to_end(airflow_home, tmp_path):
     import mlflow
     import polars as pl
 
-    for task_name in ("anomaly", "milestone"):
+    for task_name in ("anomaly", "milestone", "next_item"):
         pred = pl.read_parquet(workdir / "predictions" / task_name / "test.parquet")
         assert pred.height > 0
         assert {"sequence_id", "score", "prediction", "label"} <= set(pred.columns)
@@ -102,5 +106,5 @@ def test_dag_runs_end_to_end(airflow_home, tmp_path):
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
     experiments = client.search_experiments()
     runs = client.search_runs([e.experiment_id for e in experiments], "tags.mlflow.parentRunId IS NULL")
-    assert len(runs) == 2  # one job run per task (its phases are nested child runs)
-    assert {r.data.tags.get("task") for r in runs} == {"anomaly", "milestone"}
+    assert len(runs) == 3  # one job run per task (its phases are nested child runs)
+    assert {r.data.tags.get("task") for r in runs} == {"anomaly", "milestone", "next_item"}

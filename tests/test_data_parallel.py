@@ -42,6 +42,15 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
     job = workdir / "models" / "anomaly" / "job"
     last = {r: sorted((job / "checkpoints" / f"rank-{r}").glob("step-*"))[-1] for r in (0, 1)}
     assert last[0].name == last[1].name
+    # logged losses are the mean over both ranks' halves: both ranks hold the same history
+    from training.checkpoint import join_tensors
+
+    histories = [join_tensors(json.loads((last[r] / "state.json").read_text()),
+                              load_file(str(last[r] / "tensors.safetensors")))["history"] for r in (0, 1)]
+    assert histories[0] == histories[1] and histories[0]["train/mlm_loss"]
+    logged = client.get_metric_history(printed[0]["run_id"], "train/mlm_loss")
+    assert {m.step: m.value for m in logged} == {s: v for s, v in histories[0]["train/mlm_loss"] if s in
+                                                 {m.step for m in logged}}
     weights = [load_file(str(last[r] / "weights.safetensors")) for r in (0, 1)]
     for name, tensor in weights[0].items():
         assert torch.allclose(tensor, weights[1][name], atol=1e-6), name

@@ -103,3 +103,13 @@ def test_trainers_learn_next_item_retrieval(tmp_path, mode):
     test = result["test"]
     assert test["recall_at_1"] <= test["recall_at_5"] <= test["recall_at_10"]
     assert test["recall_at_1"] >= 0.5, test
+
+
+def test_ranking_metrics_of_ranked_lists():
+    from training.metrics import ranking_metrics_of_lists
+
+    lists = [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    m = ranking_metrics_of_lists(["a", "a", "d", "c"], lists, ks=(1, 2, 3))
+    # ranks: 1, 3, beyond the list, 3
+    assert m == pytest.approx({"recall_at_1": 0.25, "recall_at_2": 0.25, "recall_at_3": 0.75,
+                               "mrr_at_3": (1 + 1 / 3 + 0 + 1 / 3) / 4})

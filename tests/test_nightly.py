@@ -38,3 +38,18 @@ def test_window_dates():
 def test_resolve_model_explains_what_it_wants(tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a model URI"):
         resolve_model(tmp_path)
+
+
+def test_a_source_never_ingested_is_told_apart_from_a_late_one(tmp_path):
+    """The nightly DAG skips a task whose source this deployment never feeds, and fails one
+    whose data is missing from the night's window."""
+    from parsers import storage
+    from training.nightly import SourceNeverIngested, nightly_train
+
+    with pytest.raises(SourceNeverIngested, match="'purchases' was ever ingested"):
+        nightly_train(str(tmp_path), "next_item", "2025-03-02")
+    # an old day's partition: the source is fed, but not in the night's 7-day window
+    storage.objects_path(tmp_path / "data", "purchases", "2025-01-01", "old.jsonl").parent.mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="in the 7 days up to 2025-03-02") as caught:
+        nightly_train(str(tmp_path), "next_item", "2025-03-02")
+    assert not isinstance(caught.value, SourceNeverIngested)

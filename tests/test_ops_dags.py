@@ -24,10 +24,11 @@ DAY = "2025-03-01"
 LOGICAL = "2025-03-02T00:00:00"  # the @daily run at midnight after DAY: its data interval is DAY
 GRAPHS = {
     "seqenc_ingest": {("find_files", "ingest_file"), ("find_files", "finalize"), ("ingest_file", "finalize")},
-    "seqenc_nightly_training": {("train_anomaly", "promote_anomaly"), ("train_milestone", "promote_milestone")},
+    "seqenc_nightly_training": {("train_anomaly", "promote_anomaly"), ("train_milestone", "promote_milestone"),
+                                ("train_next_item", "promote_next_item")},
     "seqenc_batch_score": set(),
 }
-SCORE_TASKS = {"score_anomaly", "score_milestone"}
+SCORE_TASKS = {"score_anomaly", "score_milestone", "score_next_item"}
 
 
 def _ok(result: dict, expected_skipped: set = frozenset()) -> None:
@@ -143,7 +144,7 @@ def test_ingest_rerun_of_an_interval_replaces_its_partition(ops):
 
 def test_nightly_training_registers_and_promotes_the_first_model(ops):
     run = ops["nightly1"]
-    _ok(run, {"train_milestone", "promote_milestone"})
+    _ok(run, {"train_milestone", "promote_milestone", "train_next_item", "promote_next_item"})
     trained, promoted = run["xcoms"]["train_anomaly"], run["xcoms"]["promote_anomaly"]
     assert trained["dates"] == [DAY] and trained["model_version"] == "1"
     assert promoted["promoted"] is True and "no champion yet" in promoted["reason"]
@@ -162,7 +163,7 @@ def test_nightly_training_registers_and_promotes_the_first_model(ops):
 
 def test_nightly_training_keeps_the_champion_when_the_new_model_is_not_better(ops):
     run = ops["nightly2"]
-    _ok(run, {"train_milestone", "promote_milestone"})
+    _ok(run, {"train_milestone", "promote_milestone", "train_next_item", "promote_next_item"})
     trained, decision = run["xcoms"]["train_anomaly"], run["xcoms"]["promote_anomaly"]
     assert trained["model_version"] == "2"
     # same data, same seed: the same model, so the same dev score -- not an improvement
@@ -178,7 +179,7 @@ def test_nightly_training_keeps_the_champion_when_the_new_model_is_not_better(op
 
 def test_batch_score_writes_the_champions_predictions_by_date(ops):
     run = ops["score1"]
-    _ok(run, {"score_milestone"})  # milestone has no champion yet: skipped with that reason
+    _ok(run, {"score_milestone", "score_next_item"})  # no champions yet: skipped with that reason
     assert "no version with alias 'champion'" in run["_output"]
     pred = ops["pred1"]
     assert pred.height == 200 and pred["sequence_id"].n_unique() == 200
@@ -194,7 +195,7 @@ def test_batch_score_writes_the_champions_predictions_by_date(ops):
 
 
 def test_batch_score_rerun_leaves_the_same_rows(ops):
-    _ok(ops["score2"], {"score_milestone"})
+    _ok(ops["score2"], {"score_milestone", "score_next_item"})
     folder = ops["workdir"] / "predictions" / "anomaly"
     assert [p.name for p in folder.iterdir()] == [f"date={DAY}"]
     again = pl.read_parquet(folder / f"date={DAY}" / "part-0.parquet")

@@ -32,42 +32,63 @@ def test_summary_has_the_documented_fields(demo):
     assert on_disk == json.loads(json.dumps(summary))
     assert set(summary["metrics"]["anomaly"]) == {"precision", "recall", "f1", "macro_f1", "micro_f1"}
     assert set(summary["metrics"]["milestone"]) == {"micro_f1", "macro_f1"}
+    assert set(summary["metrics"]["next_item"]) == {"recall_at_1", "recall_at_5", "recall_at_10", "mrr"}
     for values in summary["metrics"].values():
         assert all(0.0 <= v <= 1.0 for v in values.values())
     assert summary["mlflow_tracking_uri"] == f"sqlite:///{out / 'mlflow.db'}"
-    assert len(summary["run_ids"]) == 2 and summary["seconds"] > 0
-    assert [p.split("/")[-2:] for p in summary["predictions"]] == [["anomaly", "test.parquet"],
-                                                                   ["milestone", "test.parquet"]]
+    assert len(summary["run_ids"]) == 3 and summary["seconds"] > 0
+    assert [p.split("/")[-2:] for p in summary["predictions"]] == [[task, "test.parquet"] for task in TASKS]
+
+
+TASKS = ("anomaly", "milestone", "next_item")
 
 
 def test_predictions_cover_the_test_split_and_match_the_trainer(demo):
     out, summary = demo
-    for task, path in zip(("anomaly", "milestone"), summary["predictions"]):
+    for task, path in zip(TASKS, summary["predictions"]):
         pred = pl.read_parquet(path)
         splits = pl.read_parquet(out / "sequences" / task / "splits.parquet")
         test_ids = set(splits.filter(pl.col("split") == "test")["sequence_id"].to_list())
         assert set(pred["sequence_id"].to_list()) == test_ids and pred.height == len(test_ids)
         assert {"sequence_id", "score", "prediction", "label", "mlflow_run_id"} <= set(pred.columns)
-        classes = pipeline.TASKS[task].class_names
+        classes = pipeline.read_classes(out / "sequences" / task)
         assert set(pred["prediction"].to_list()) <= set(classes)
         assert pred["score"].is_between(0, 1).all()
         # scoring from the saved bundle reproduces the trainer's own test metrics exactly
-        assert summary["test_metrics_from_predictions"][task] == pytest.approx(summary["metrics"][task])
+        from_predictions = dict(summary["test_metrics_from_predictions"][task])
+        trainer = dict(summary["metrics"][task])
+        if task == "next_item":  # a file holds the 10 best items: recall@1/5/10 are exact, mrr is cut at 10
+            assert from_predictions.pop("mrr_at_10") <= trainer.pop("mrr")
+        assert from_predictions == pytest.approx(trainer)
+
+
+def test_next_item_predictions_rank_the_catalogue(demo):
+    out, _ = demo
+    pred = pl.read_parquet(out / "predictions" / "next_item" / "test.parquet")
+    catalogue = pipeline.read_classes(out / "sequences" / "next_item")
+    assert catalogue == sorted(catalogue) and len(catalogue) == 40  # tiny size: 40 products
+    assert not [c for c in pred.columns if c.startswith("prob_")]  # no column per catalogue item
+    for row in pred.iter_rows(named=True):
+        assert len(row["top_items"]) == 10 and len(set(row["top_items"])) == 10
+        assert set(row["top_items"]) <= set(catalogue) and row["top_items"][0] == row["prediction"]
+        assert row["top_scores"] == sorted(row["top_scores"], reverse=True)
+        assert row["top_scores"][0] == pytest.approx(row["score"])
 
 
 def test_mlflow_store_holds_runs_params_metrics_and_artifacts(demo):
     out, summary = demo
     client = mlflow.MlflowClient(tracking_uri=summary["mlflow_tracking_uri"])
-    for run_id, task in zip(summary["run_ids"], ("anomaly", "milestone")):
+    for run_id, task in zip(summary["run_ids"], TASKS):
         run = client.get_run(run_id)
         assert run.info.status == "FINISHED"
         assert run.data.params["task"] == task and run.data.params["mode"] == "interleaved"
         assert run.data.params["model.n_shared_heads"] == "2"
         assert "train/mlm_loss" in run.data.metrics and "train/task_loss" in run.data.metrics
-        headline = "f1" if task == "anomaly" else "macro_f1"
+        headline = {"anomaly": "f1", "milestone": "macro_f1", "next_item": "recall_at_10"}[task]
         assert run.data.metrics[f"test/{headline}"] == pytest.approx(summary["metrics"][task][headline])
         artifacts = {a.path for a in client.list_artifacts(run_id, "plots")}
-        assert "plots/confusion_test.png" in artifacts and "plots/losses.png" in artifacts
+        evaluation = "plots/recall_at_k_test.png" if task == "next_item" else "plots/confusion_test.png"
+        assert evaluation in artifacts and "plots/losses.png" in artifacts
         assert {"plots/metrics.json", "plots/train_config.json"} <= artifacts
         assert run.data.tags["git_commit"] and len(run.data.tags["dataset_fingerprint"]) == 16
         # artifacts live beside the store, not in the current directory
@@ -124,3 +145,35 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
     assert params["pretrained"] == "minilm"
     scored = pipeline.stage_score(out, "anomaly", progress=False, ingest_date=ingest["ingest_date"])
     assert scored["rows"] > 0 and set(scored["metrics"]) == {"precision", "recall", "f1", "macro_f1", "micro_f1"}
+
+
+def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
+    """The ops path for next_item: batch scoring writes ranked items, the promotion metric is
+    dev recall@10 read from them (two nights' catalogues may differ)."""
+    from training.batch_score import REPORTED_ITEMS, score_partitions
+    from training.metrics import ranking_metrics_of_lists
+    from training.nightly import PROMOTION_METRIC, dev_score
+
+    out, summary = demo
+    bundle_dir = out / "models" / "next_item" / "bundle"
+    result = score_partitions(str(bundle_dir), out / "data", tmp_path / "scored", progress=False)
+    assert result["source"] == "purchases" and len(result["dates"]) == 1
+    day = result["dates"][0]
+    scored = pl.read_parquet(day["predictions"])
+    assert {"top_items", "top_scores", "label", "model_uri"} <= set(scored.columns)
+    assert scored.height == day["sequences"] == storage.read_objects(out / "data", "purchases")["sequence_id"].n_unique()
+    # counts for the most predicted items only, never one metric per catalogue item
+    assert 0 < len(day["label_count"]) <= REPORTED_ITEMS
+    top = scored.group_by("label").len().sort("len", descending=True)["len"][0]
+    assert max(day["label_count"].values()) == top
+
+    splits = pl.read_parquet(out / "sequences" / "next_item" / "splits.parquet")
+    dev = splits.filter(pl.col("split") == "dev").select("sequence_id", "label")
+    objects = storage.read_objects(out / "data", "purchases").join(dev, on="sequence_id", how="semi")
+    assert PROMOTION_METRIC["next_item"] == "recall_at_10"
+    got = dev_score(load_bundle(bundle_dir), objects, dev, [])
+    on_dev = scored.join(dev, on="sequence_id", suffix="_true")
+    assert got == pytest.approx(ranking_metrics_of_lists(on_dev["label_true"].to_list(),
+                                                         on_dev["top_items"].to_list())["recall_at_10"])
+    assert got == pytest.approx(json.loads((out / "plots" / "next_item" / "metrics.json").read_text())
+                                ["dev"]["recall_at_10"])

@@ -8,7 +8,9 @@ model -- a bundle directory or a registry URI such as ``models:/seqenc-anomaly@c
         sequence_id, score, label, prob_<class>..., model_name, model_version, model_uri
 
 ``score`` is P(positive class) for a binary task and the winning class's probability otherwise;
-``label`` is the predicted class (binary: the bundle's threshold). The part is written
+``label`` is the predicted class (binary: the bundle's threshold). A next_item model writes
+``top_items`` / ``top_scores`` (its 10 best items, best first) instead of a column per item,
+and its label counts cover the 20 most predicted items. The part is written
 atomically and replaces the date's earlier output, so re-scoring a day leaves the same rows.
 
 With a tracking store (``tracking_dir``, or MLFLOW_TRACKING_URI) each scored date is one MLflow
@@ -82,7 +84,7 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
             predictions = _predictions(bundle, objects, resolved, progress)
             path = Path(out_dir) / f"date={day}" / "part-0.parquet"
             storage.write_parquet_atomic(predictions, path)
-            summary = summarize(predictions, [str(c) for c in bundle[0].config.class_names or []])
+            summary = summarize(predictions, _reported_labels(bundle[0].config, predictions))
             summary.update(date=day, source=source, predictions=str(path), model_uri=resolved.uri,
                            model_name=resolved.name, model_version=resolved.version)
             if track:
@@ -93,12 +95,30 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
             "source": source, "dates": results}
 
 
+REPORTED_ITEMS = 20  # next_item: the most predicted items get a count and share each
+
+
+def _reported_labels(config, predictions: pl.DataFrame) -> list[str]:
+    """Labels whose counts a scored day reports: every class, or for next_item (a catalogue of
+    maybe thousands) the REPORTED_ITEMS most often predicted next items."""
+    if config.task != "next_item":
+        return [str(c) for c in config.class_names or []]
+    if predictions.is_empty():
+        return []
+    counts = predictions.group_by("label").len().sort(["len", "label"], descending=[True, False])
+    return counts["label"].head(REPORTED_ITEMS).to_list()
+
+
 def _predictions(bundle, objects: pl.DataFrame, resolved, progress: bool) -> pl.DataFrame:
     if objects.is_empty():
-        names = bundle[0].config.class_names or []
+        config = bundle[0].config
         frame = pl.DataFrame({"sequence_id": [], "score": [], "prediction": []},
                              schema={"sequence_id": pl.String, "score": pl.Float64, "prediction": pl.String})
-        frame = frame.with_columns([pl.lit(None, pl.Float64).alias(f"prob_{c}") for c in names])
+        if config.task == "next_item":
+            frame = frame.with_columns(pl.lit(None, pl.List(pl.String)).alias("top_items"),
+                                       pl.lit(None, pl.List(pl.Float64)).alias("top_scores"))
+        else:
+            frame = frame.with_columns([pl.lit(None, pl.Float64).alias(f"prob_{c}") for c in config.class_names or []])
     else:
         frame = score_objects(bundle, objects, progress=progress)
     frame = frame.rename({"prediction": "label"}).sort("sequence_id")

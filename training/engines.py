@@ -74,6 +74,23 @@ def shard(rows, rank: int, world: int):
     return rows[rank::world]
 
 
+def mean_over_ranks(metrics: dict[str, float], world: int) -> dict[str, float]:
+    """Each logged value (a loss of this rank's share of the batch) averaged over the data-parallel
+    ranks, so the one run rank 0 logs shows the whole batch's loss. Every rank must call it at
+    the same update (the trainers do: ranks step in lockstep)."""
+    if world == 1 or not metrics:
+        return metrics
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return metrics
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    keys = sorted(metrics)
+    total = torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64, device=device)
+    dist.all_reduce(total)
+    return {k: v / world for k, v in zip(keys, total.tolist())}
+
+
 def make_engine(network: torch.nn.Module, lr: float, weight_decay: float, warmup: int, total: int,
                 grad_clip: float, deepspeed: str | dict | None = None):
     """A PlainEngine, or a DeepSpeed engine when a DeepSpeed config (path or dict) is given."""

@@ -60,14 +60,32 @@ def task_metrics(y: np.ndarray, pred: np.ndarray, task: str) -> dict[str, float]
 RANK_KS = (1, 5, 10)
 
 
+def target_ranks(y: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """Rank of each true item among all items (1 = best; ties count against the target)."""
+    target = scores[np.arange(len(y)), y][:, None]
+    return (scores >= target).sum(axis=1)
+
+
 def ranking_metrics(y: np.ndarray, scores: np.ndarray, ks: tuple[int, ...] = RANK_KS) -> dict[str, float]:
     """Next-item retrieval: y [N] true item ids, scores [N, n_items] -> recall_at_<k> and mrr."""
     if len(y) == 0:
         return {**{f"recall_at_{k}": 0.0 for k in ks}, "mrr": 0.0}
-    target = scores[np.arange(len(y)), y][:, None]
-    rank = (scores >= target).sum(axis=1)  # 1 = best; ties count against the target
+    rank = target_ranks(y, scores)
     out = {f"recall_at_{k}": float((rank <= k).mean()) for k in ks}
     out["mrr"] = float((1.0 / rank).mean())
+    return out
+
+
+def ranking_metrics_of_lists(targets: list[str], top_items: list[list[str]],
+                             ks: tuple[int, ...] = RANK_KS) -> dict[str, float]:
+    """recall_at_<k> from each sequence's ranked item list (a scored predictions file), and
+    ``mrr_at_<K>``: the mean reciprocal rank counting a target beyond the list's K items as 0.
+    Each list must hold at least max(ks) items (or the whole catalogue)."""
+    n = len(targets)
+    rank = np.array([items.index(t) + 1 if t in items else 0 for t, items in zip(targets, top_items)])
+    depth = min((len(items) for items in top_items), default=0)
+    out = {f"recall_at_{k}": float(((rank >= 1) & (rank <= k)).mean()) if n else 0.0 for k in ks}
+    out[f"mrr_at_{depth}"] = float(np.where(rank > 0, 1.0 / np.maximum(rank, 1), 0.0).mean()) if n else 0.0
     return out
 
 
@@ -122,6 +140,25 @@ def plot_losses(history: dict[str, list[tuple[int, float]]], path, title: str) -
         ax.set_title(name)
         ax.set_xlabel("step")
     fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_recall_at_k(y: np.ndarray, scores: np.ndarray, path, title: str, max_k: int = 20) -> None:
+    """Next item: recall@k for k = 1..max_k (the share of targets among the k best items)."""
+    ks = np.arange(1, min(max_k, scores.shape[1]) + 1)
+    if len(y):
+        rank = target_ranks(y, scores)
+        recall = [(rank <= k).mean() for k in ks]
+    else:
+        recall = [0.0] * len(ks)
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    ax.plot(ks, recall, marker="o")
+    ax.set_xlabel("k")
+    ax.set_ylabel("recall@k")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

@@ -19,7 +19,9 @@ One night, one task:
 The promotion metric (choice): binary tasks use the dev *average precision* of P(anomaly). It
 needs no threshold; a dev F1 would flatter the new model, whose threshold was fitted on these
 very dev sequences, while the champion's came from another night. C-way tasks use dev macro
-F1 of the arg-max class (no threshold either).
+F1 of the arg-max class (no threshold either). next_item uses dev recall@10, read from each
+model's ranked ``top_items``: two nights' catalogues may differ (the catalogue comes from the
+data), and item names compare across them where output columns would not.
 """
 
 from __future__ import annotations
@@ -36,13 +38,19 @@ from sklearn.metrics import average_precision_score, f1_score
 
 from parsers import storage
 from training import tracking
+from training.metrics import ranking_metrics_of_lists
 from training.pipeline import TASKS, stage_sequences, stage_train
 from training.registry import CHAMPION, NoChampionError, resolve_model
 from training.scoring import load_bundle, score_objects
 
 log = logging.getLogger(__name__)
 
-PROMOTION_METRIC = {"binary": "average_precision", "multiclass": "macro_f1"}
+PROMOTION_METRIC = {"binary": "average_precision", "multiclass": "macro_f1", "next_item": "recall_at_10"}
+
+
+class SourceNeverIngested(FileNotFoundError):
+    """The task's source has no ingest partition at all (the deployment does not feed it; the
+    DAG skips the task), as opposed to none in the night's window (a late ingest: an error)."""
 
 
 def window_dates(end_date: str, window_days: int) -> list[str]:
@@ -70,7 +78,10 @@ def nightly_train(workdir: str, task_name: str, date: str, window_days: int = 7,
         raise ValueError(f"unknown training config sections {sorted(unknown)}; use 'model' and 'train'")
     root = Path(workdir) / "data"
     source = TASKS[task_name].source
-    dates = [d for d in window_dates(date, window_days) if d in storage.ingest_dates(root, source)]
+    ingested = storage.ingest_dates(root, source)
+    if not ingested:
+        raise SourceNeverIngested(f"{task_name}: no data of source {source!r} was ever ingested under {root}")
+    dates = [d for d in window_dates(date, window_days) if d in ingested]
     if not dates:
         raise FileNotFoundError(f"{task_name}: no ingested data of source {source!r} under {root} in the "
                                 f"{window_days} days up to {date}; run seqenc_ingest for those days first")
@@ -97,9 +108,11 @@ def promotion_score(task: str, y: np.ndarray, probs: np.ndarray) -> float:
 def dev_score(bundle, objects: pl.DataFrame, dev: pl.DataFrame, class_names: list[str]) -> float:
     """Score ``dev``'s sequences (``sequence_id, label``) with a loaded bundle; the promotion metric."""
     model, _, _ = bundle
+    pred = score_objects(bundle, objects, progress=False).join(dev, on="sequence_id", how="inner")
+    if model.config.task == "next_item":
+        return ranking_metrics_of_lists(pred["label"].to_list(), pred["top_items"].to_list())["recall_at_10"]
     if list(model.config.class_names or []) != list(class_names):
         raise ValueError(f"model classes {model.config.class_names} differ from the task's {class_names}")
-    pred = score_objects(bundle, objects, progress=False).join(dev, on="sequence_id", how="inner")
     y = np.array([class_names.index(v) for v in pred["label"].to_list()])
     probs = pred.select([f"prob_{c}" for c in class_names]).to_numpy()
     return promotion_score(model.config.task, y, probs)

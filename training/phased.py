@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from training.checkpoint import Checkpointer, restore_rng, rng_state
-from training.engines import data_parallel
+from training.engines import data_parallel, mean_over_ranks
 from training.metrics import best_threshold, headline, split_metrics
 
 log = logging.getLogger(__name__)
@@ -129,6 +129,7 @@ class PhasedTrainer:
         engine.step()
         self.step += 1
         self.phase_step += 1
+        metrics = mean_over_ranks(metrics, self.world)
         for k, v in metrics.items():
             self.history[k].append((self.step, v))
         if self.step % self.cfg.log_every == 0:

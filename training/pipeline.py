@@ -5,9 +5,11 @@ a small JSON-serialisable dict (paths, counts, ids), so the same functions run i
 ``seqenc demo`` and as Airflow tasks (which pass those dicts between tasks). Every stage
 overwrites its outputs: running it again over the same input gives the same files.
 
-Two tasks run on the built-in data:
+Three tasks run on the built-in data:
 * ``anomaly``: HDFS-like raw logs -> Drain3 -> one sequence per block -> Normal/Anomaly;
-* ``milestone``: JSON session events -> one sequence per session -> none/upgrade/help_chat.
+* ``milestone``: JSON session events -> one sequence per session -> none/upgrade/help_chat;
+* ``next_item``: JSON purchase events -> one sequence per user -> the product bought next
+  (retrieval over the catalogue, recall@k; the TVM-KA paper's Instacart task).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 
 from parsers import events as event_ingest
 from parsers import logs as log_ingest
-from parsers import storage, synthetic
+from parsers import purchases, storage, synthetic
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.pretrained import tvmka_from_bert
@@ -36,7 +38,15 @@ from training import tracking
 from training.data import fixed_split, label_array, split_indices
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.engines import data_parallel
-from training.metrics import plot_confusion, plot_losses, plot_pr_curve, predict, task_metrics
+from training.metrics import (
+    plot_confusion,
+    plot_losses,
+    plot_pr_curve,
+    plot_recall_at_k,
+    predict,
+    ranking_metrics_of_lists,
+    task_metrics,
+)
 from training.scoring import load_bundle, save_bundle, score_objects
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 
@@ -46,7 +56,9 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class TaskSpec:
     source: str
-    task: str  # "binary" | "multiclass"
+    task: str  # "binary" | "multiclass" | "next_item"
+    # The classes; empty for next_item, whose classes are the catalogue, read from the data
+    # (:func:`task_classes`).
     class_names: tuple[str, ...]
     # Header fields that are unique per line (clock time, thread id) say nothing about a block
     # and would flood the vocabulary; they stay in the Parquet objects but out of S(k).
@@ -55,25 +67,29 @@ class TaskSpec:
     # token per line, so S(event) holds a whole block's event order in one short window. The
     # long template text stays in Parquet (key "template") and is left out of S(k).
     event_key: bool = False
+    # next_item: the key whose values are catalogue items (the label is the next such value)
+    item_key: str | None = None
 
 
 TASKS = {
     "anomaly": TaskSpec("hdfs", "binary", ("Normal", "Anomaly"), ("date", "time", "pid", "template"),
                         event_key=True),
     "milestone": TaskSpec("sessions", "multiclass", ("none", "upgrade", "help_chat")),
+    # event_type is always "purchase": it says nothing and stays out of S(k)
+    "next_item": TaskSpec("purchases", "next_item", (), ("event_type",), item_key="product"),
 }
 
 # Built-in sizes: "demo" is the main job (minutes on 2 CPU cores), "tiny" serves tests and DAG runs.
 SIZES = {
     "demo": {
-        "data": {"n_blocks": 2000, "anomaly_rate": 0.04, "n_sessions": 1200},
+        "data": {"n_blocks": 2000, "anomaly_rate": 0.04, "n_sessions": 1200, "n_users": 600, "n_products": 200},
         "model": {"d_model": 128, "n_layers": 2, "n_heads": 4, "n_shared_heads": 2, "d_ff": 256,
                   "max_positions": 128, "vocab_size": 4096},
         "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192,
                   "ka_batch_size": 128},
     },
     "tiny": {
-        "data": {"n_blocks": 200, "anomaly_rate": 0.1, "n_sessions": 150},
+        "data": {"n_blocks": 200, "anomaly_rate": 0.1, "n_sessions": 150, "n_users": 120, "n_products": 40},
         "model": {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64,
                   "max_positions": 64, "vocab_size": 1024, "dropout": 0.0, "attn_dropout": 0.0},
         "train": {"pretrain_steps": 10, "rounds": 2, "tvm_steps_per_round": 6, "batch_tokens": 4096,
@@ -110,9 +126,12 @@ def stage_generate(workdir: str, size: str = "demo", seed: int = 0) -> dict:
                                         anomaly_rate=d["anomaly_rate"], seed=seed)
     sessions = synthetic.generate_session_events(raw / "sessions.jsonl", raw / "sessions_labels.csv",
                                                  n_sessions=d["n_sessions"], seed=seed)
-    log.info("generated: %s | %s", hdfs, sessions)
+    bought = purchases.generate_purchases(raw / "purchases.jsonl", raw / "purchases_labels.csv",
+                                          n_users=d["n_users"], n_products=d["n_products"], seed=seed)
+    log.info("generated: %s | %s | %s", hdfs, sessions, bought)
     return {"hdfs_log": str(raw / "hdfs.log"), "hdfs_labels": str(raw / "hdfs_labels.csv"),
-            "events": str(raw / "sessions.jsonl"), "events_labels": str(raw / "sessions_labels.csv")}
+            "events": str(raw / "sessions.jsonl"), "events_labels": str(raw / "sessions_labels.csv"),
+            "purchases": str(raw / "purchases.jsonl"), "purchases_labels": str(raw / "purchases_labels.csv")}
 
 
 # --- 2. ingest --------------------------------------------------------------------------------
@@ -124,12 +143,13 @@ def stage_ingest_logs(workdir: str, log_path: str, labels_path: str, ingest_date
     return {"root": str(root), "source": "hdfs", "ingest_date": ingest_date, "report": _jsonable(report)}
 
 
-def stage_ingest_events(workdir: str, events_path: str, labels_path: str, ingest_date: str | None = None) -> dict:
+def stage_ingest_events(workdir: str, events_path: str, labels_path: str, ingest_date: str | None = None,
+                        source: str = "sessions") -> dict:
     root = Path(workdir) / "data"
     ingest_date = storage.ingest_date_str(ingest_date)
-    report = event_ingest.ingest_events(events_path, root, source="sessions", ingest_date=ingest_date)
-    log_ingest.ingest_labels(labels_path, root, "sessions", id_column="session_id", label_column="label")
-    return {"root": str(root), "source": "sessions", "ingest_date": ingest_date, "report": _jsonable(report)}
+    report = event_ingest.ingest_events(events_path, root, source=source, ingest_date=ingest_date)
+    log_ingest.ingest_labels(labels_path, root, source, id_column="session_id", label_column="label")
+    return {"root": str(root), "source": source, "ingest_date": ingest_date, "report": _jsonable(report)}
 
 
 def _jsonable(report: dict) -> dict:
@@ -175,7 +195,12 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
 
     sequence_ids = value_seqs["sequence_id"].unique(maintain_order=True).to_list()
     by_id = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
-    y = np.array([spec.class_names.index(by_id[s]) for s in sequence_ids])
+    classes = task_classes(spec, objects, labels)
+    index = {c: i for i, c in enumerate(classes)}
+    unknown = sorted({by_id[s] for s in sequence_ids} - set(index))
+    if unknown:
+        raise ValueError(f"{task_name}: labels {unknown[:10]} are not among the classes {list(spec.class_names)}")
+    y = np.array([index[by_id[s]] for s in sequence_ids])
     if not sequence_ids:
         raise ValueError(f"{task_name}: no labelled sequences of source {spec.source!r} under {root} "
                          f"(ingest dates {ingest_date or 'all'})")
@@ -183,7 +208,8 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
         split_of = np.array(fixed_split(sequence_ids), dtype=object)
     else:
         split_of = np.empty(len(y), dtype=object)
-        for name, idx in split_indices(y, seed).items():
+        # next_item: one stratum (stratified by target, most items' few sequences would all land in train)
+        for name, idx in split_indices(np.zeros_like(y) if spec.task == "next_item" else y, seed).items():
             split_of[idx] = name
     split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of.tolist(),
                              "label": [by_id[s] for s in sequence_ids]})
@@ -193,10 +219,31 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
                                   _size(size)["model"], pretrained)
     tok.save(out / "tokenizer.json")
     data.write_parquet(out / "windows.parquet")
-    stats = {**data.stats, "vocab_size": tok.vocab_size,
-             "class_counts": {c: int((y == i).sum()) for i, c in enumerate(spec.class_names)}}
+    (out / "classes.json").write_text(json.dumps(classes))
+    counts = np.bincount(y, minlength=len(classes))
+    stats = {**data.stats, "vocab_size": tok.vocab_size, "n_classes": len(classes)}
+    if spec.task == "next_item":  # a catalogue: how many items are ever a target, not one count each
+        stats["distinct_targets"] = int((counts > 0).sum())
+    else:
+        stats["class_counts"] = {c: int(counts[i]) for i, c in enumerate(classes)}
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     return {"dir": str(out), "stats": stats}
+
+
+def task_classes(spec: TaskSpec, objects: pl.DataFrame, labels: pl.DataFrame) -> list[str]:
+    """The task's classes, in model-output order. next_item: the catalogue, i.e. every item seen
+    as a value of ``spec.item_key`` or as a label, sorted (choice: the data defines the
+    catalogue, so a user's own item ids need no list; an item first seen tomorrow joins the
+    catalogue of tomorrow's model)."""
+    if spec.task != "next_item":
+        return list(spec.class_names)
+    seen = objects.filter(pl.col("key") == spec.item_key)["value"].cast(pl.String)
+    return sorted(set(seen.to_list()) | set(labels["label"].cast(pl.String).to_list()))
+
+
+def read_classes(seq_dir: Path) -> list[str]:
+    """The classes :func:`stage_sequences` wrote (``classes.json``)."""
+    return json.loads((Path(seq_dir) / "classes.json").read_text())
 
 
 # --- 4. train ---------------------------------------------------------------------------------
@@ -230,14 +277,15 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
     data = TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
     split_df = pl.read_parquet(seq_dir / "splits.parquet")
-    y = label_array(data, split_df, list(spec.class_names))
+    classes = read_classes(seq_dir)
+    y = label_array(data, split_df, classes)
     split_of = dict(zip(split_df["sequence_id"].to_list(), split_df["split"].to_list()))
     splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
               for name in ("train", "dev", "test")}
 
     torch.manual_seed(seed)
-    task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task,
-            "n_classes": len(spec.class_names), "class_names": list(spec.class_names)}
+    task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
+            **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
     if pretrained and mode in ("joint", "record_view"):
@@ -259,7 +307,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         objects = storage.read_objects(data_root, spec.source)
         model, inputs = comparison_model(mode, model.config, data, tok, with_event_key(objects) if spec.event_key
                                          else objects, spec.exclude_keys, pretrained)
-        trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.task, len(spec.class_names), **hooks)
+        trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.task, len(classes), **hooks)
     else:
         trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, **hooks)
     config = model.config
@@ -284,9 +332,12 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
                     "mlflow_run_id": run.info.run_id}
         bundle = save_bundle(model, tok, metadata, out / "bundle")
         test = splits["test"]
-        pred = predict(result["probs"][test], spec.task, result["threshold"])
-        plot_confusion(y[test], pred, list(spec.class_names), plots / "confusion_test.png",
-                       f"{task_name}: test confusion matrix")
+        if spec.task == "next_item":
+            plot_recall_at_k(y[test], result["probs"][test], plots / "recall_at_k_test.png",
+                             f"{task_name}: test recall@k")
+        else:
+            pred = predict(result["probs"][test], spec.task, result["threshold"])
+            plot_confusion(y[test], pred, classes, plots / "confusion_test.png", f"{task_name}: test confusion matrix")
         plot_losses(trainer.history, plots / "losses.png", f"{task_name}: training losses")
         if spec.task == "binary":
             plot_pr_curve(y[test], result["probs"][test, 1], result["threshold"], plots / "pr_curve_test.png",
@@ -355,9 +406,13 @@ def stage_score(workdir: str, task_name: str, split: str = "test", progress: boo
     predictions = predictions.with_columns(pl.lit(meta["mlflow_run_id"]).alias("mlflow_run_id"))
     path = Path(workdir) / "predictions" / task_name / f"{split}.parquet"
     storage.write_parquet_atomic(predictions, path)
-    y = np.array([spec.class_names.index(v) for v in predictions["label"].to_list()])
-    pred = np.array([spec.class_names.index(v) for v in predictions["prediction"].to_list()])
-    return {"predictions": str(path), "rows": predictions.height, "metrics": task_metrics(y, pred, spec.task)}
+    if spec.task == "next_item":
+        metrics = ranking_metrics_of_lists(predictions["label"].to_list(), predictions["top_items"].to_list())
+    else:
+        y = np.array([spec.class_names.index(v) for v in predictions["label"].to_list()])
+        pred = np.array([spec.class_names.index(v) for v in predictions["prediction"].to_list()])
+        metrics = task_metrics(y, pred, spec.task)
+    return {"predictions": str(path), "rows": predictions.height, "metrics": metrics}
 
 
 # --- the whole job ----------------------------------------------------------------------------
@@ -370,7 +425,9 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
     for stale in ("data",):  # re-running the demo replaces its data partitions
         shutil.rmtree(out / stale, ignore_errors=True)
     ingest = {"anomaly": stage_ingest_logs(str(out), raw["hdfs_log"], raw["hdfs_labels"]),
-              "milestone": stage_ingest_events(str(out), raw["events"], raw["events_labels"])}
+              "milestone": stage_ingest_events(str(out), raw["events"], raw["events_labels"]),
+              "next_item": stage_ingest_events(str(out), raw["purchases"], raw["purchases_labels"],
+                                               source="purchases")}
     summary = {"metrics": {}, "run_ids": [], "predictions": [], "ingest": {}, "test_metrics_from_predictions": {}}
     for task_name in TASKS:
         summary["ingest"][task_name] = ingest[task_name]["report"]

@@ -43,12 +43,18 @@ def load_bundle(directory: str | Path) -> tuple[TVMKA, ValueTokenizer, dict]:
     return model, tok, json.loads((directory / "metadata.json").read_text())
 
 
+TOP_ITEMS = 10  # next_item: ranked items per sequence in a predictions file (recall@1/5/10)
+
+
 def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
-    """Long-form objects -> one row per sequence: sequence_id, score, prediction, prob_<class>...
+    """Long-form objects -> one row per sequence: sequence_id, score, prediction, then
+    prob_<class>... (binary, C-way) or top_items, top_scores (next_item).
 
     ``model_dir`` is a bundle directory or an already loaded ``load_bundle`` triple. ``score``
     is P(positive class) for a binary task and the winning class's probability otherwise;
-    ``prediction`` is the class name (threshold from the bundle for binary tasks).
+    ``prediction`` is the class name (threshold from the bundle for binary tasks). For next_item
+    a column per catalogue item would not scale (the paper's catalogue has 3,212 products), so
+    the row carries the ``TOP_ITEMS`` best items, best first, and their probabilities.
     """
     model, tok, meta = model_dir if isinstance(model_dir, tuple) else load_bundle(model_dir)
     config = model.config
@@ -66,6 +72,12 @@ def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl
         "score": score.astype(np.float64),
         "prediction": [names[i] for i in pred],
     }
+    if config.task == "next_item":
+        top = np.argsort(-probs, axis=1, kind="stable")[:, :TOP_ITEMS]
+        columns["top_items"] = [[names[i] for i in row] for row in top]
+        columns["top_scores"] = np.take_along_axis(probs, top, axis=1).astype(np.float64).tolist()
+        return pl.DataFrame(columns, schema_overrides={"top_items": pl.List(pl.String),
+                                                       "top_scores": pl.List(pl.Float64)})
     for i, name in enumerate(names):
         columns[f"prob_{name}"] = probs[:, i].astype(np.float64)
     return pl.DataFrame(columns)
