@@ -397,7 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "detection); count_lr always runs")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
-                    help="dataset size limit (hdfs: lines per file, default 3000; others: see training.benchdata)")
+                    help="dataset size limit (hdfs: lines per file, default all; others: see training.benchdata)")
     ba.add_argument("--workdir", default=None, help="scratch folder (default: beside --json)")
     ba.add_argument("--config", default=None, metavar="JSON",
                     help='overrides for every run: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')

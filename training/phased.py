@@ -85,6 +85,7 @@ class PhasedTrainer:
                 final, summary = summary, {f"final_dev/{k}": v for k, v in summary["dev"].items()} | \
                     {f"test/{k}": v for k, v in summary["test"].items()}
                 self.log_metrics(summary, self.step)
+                log.info("final model: %s", summary)
             for key in ("train/mlm_loss", "train/task_loss"):
                 if steps and self.history[key] and self.history[key][-1][0] > self.step - steps:
                     summary[key] = self.history[key][-1][1]
