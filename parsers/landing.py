@@ -22,9 +22,9 @@ Three steps, so that an orchestrator can run the middle one once per file (Airfl
 Per-source options come from a sources config (:func:`load_sources`): a JSON object
 ``{source: {"preset": ..., "session_field": ..., "ts_field": ..., "id_column": ...,
 "label_column": ..., "max_reject_share": ...}}``. Defaults: a source named like a log preset
-uses that preset; ``sessions`` and ``purchases`` events use ``session_id`` and ``ts``; label CSVs use their first
-two columns; a file with more than 10 % rejected lines fails its task (its rejects are written
-first, with reasons).
+uses that preset; ``sessions`` and ``purchases`` events use ``session_id`` and ``ts``; label
+CSVs use their first two columns; a file with more than 10 % rejected lines fails its task (its
+rejects are written first, with reasons).
 
 Choices: Drain3 state is one file per source (``<root>/state/drain3-<src>.json``), read at the
 start and written at the end of each log file's ingest, so log files of one source must not be

@@ -18,21 +18,21 @@ import torch
 from sklearn.model_selection import train_test_split
 
 from seqenc.inference import length_batches, pad_batch
-from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
 
 
-def label_array(data: TokenizedSequences, labels: pl.DataFrame, class_names: list[str]) -> np.ndarray:
-    """Class index of every sequence of ``data``; a sequence without a label is an error."""
+def label_array(sequence_ids: list[str], labels: pl.DataFrame, class_names: list[str]) -> np.ndarray:
+    """Class index of every sequence id; a sequence without a label, or with a label that is not
+    a class, is an error."""
     lookup = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
-    missing = [s for s in data.sequence_ids if s not in lookup]
+    missing = [s for s in sequence_ids if s not in lookup]
     if missing:
         raise ValueError(f"{len(missing)} sequences have no label, e.g. {missing[:3]}")
     index = {name: i for i, name in enumerate(class_names)}
-    unknown = sorted({lookup[s] for s in data.sequence_ids} - set(index))
+    unknown = sorted({lookup[s] for s in sequence_ids} - set(index))
     if unknown:
-        raise ValueError(f"labels {unknown} are not among the classes {class_names}")
-    return np.array([index[lookup[s]] for s in data.sequence_ids], dtype=np.int64)
+        raise ValueError(f"labels {unknown[:10]} are not among the classes {class_names[:10]}")
+    return np.array([index[lookup[s]] for s in sequence_ids], dtype=np.int64)
 
 
 def split_indices(y: np.ndarray, seed: int, dev: float = 0.2, test: float = 0.2) -> dict[str, np.ndarray]:

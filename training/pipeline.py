@@ -196,11 +196,7 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
     sequence_ids = value_seqs["sequence_id"].unique(maintain_order=True).to_list()
     by_id = dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
     classes = task_classes(spec, objects, labels)
-    index = {c: i for i, c in enumerate(classes)}
-    unknown = sorted({by_id[s] for s in sequence_ids} - set(index))
-    if unknown:
-        raise ValueError(f"{task_name}: labels {unknown[:10]} are not among the classes {list(spec.class_names)}")
-    y = np.array([index[by_id[s]] for s in sequence_ids])
+    y = label_array(sequence_ids, labels, classes)
     if not sequence_ids:
         raise ValueError(f"{task_name}: no labelled sequences of source {spec.source!r} under {root} "
                          f"(ingest dates {ingest_date or 'all'})")
@@ -278,7 +274,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     data = TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
     split_df = pl.read_parquet(seq_dir / "splits.parquet")
     classes = read_classes(seq_dir)
-    y = label_array(data, split_df, classes)
+    y = label_array(data.sequence_ids, split_df, classes)
     split_of = dict(zip(split_df["sequence_id"].to_list(), split_df["split"].to_list()))
     splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
               for name in ("train", "dev", "test")}
