@@ -67,7 +67,8 @@ class ObjectSequences:
     @classmethod
     def from_objects(cls, objects: pl.DataFrame, tok: ValueTokenizer,
                      exclude_keys: tuple[str, ...] = ()) -> ObjectSequences:
-        """Long-form objects (sequence_id, step, key, value) -> tokenised objects, keys sorted."""
+        """Long-form objects (sequence_id, step, key, value) -> tokenised objects, keys sorted; a
+        numeric value is led by its bin token, as in S(k) (seqenc.numeric)."""
         rows = (
             objects.filter(~pl.col("key").is_in(list(exclude_keys)))
             .sort(["sequence_id", "step", "key"])
@@ -83,7 +84,7 @@ class ObjectSequences:
                 sequence_ids.append(seq)
                 out.append([])
             ids, types = [], []
-            for k_ids, v_ids in zip(tok.encode_many(ks), tok.encode_many(vs)):
+            for k_ids, v_ids in zip(tok.encode_many(ks), tok.encode_keyed(ks, vs)):
                 ids += k_ids + v_ids
                 types += [KEY_TYPE] * len(k_ids) + [VALUE_TYPE] * len(v_ids)
             out[-1].append((ids, types))

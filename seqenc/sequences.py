@@ -209,7 +209,7 @@ def tokenize_value_sequences(
             sequence_ids.append(seq)
         key_seq.append(len(sequence_ids) - 1)
         w, d = value_sequence_windows(
-            key_tokens[key], tokenizer.encode_many(values), tokenizer.cls_id, tokenizer.val_sep_id,
+            key_tokens[key], tokenizer.encode_values(key, values), tokenizer.cls_id, tokenizer.val_sep_id,
             max_len, mode, max_windows,
         )
         windows.extend(w)

@@ -17,6 +17,10 @@ ships ``max_length`` 128-256) is switched off: a value must never be cut silentl
 Values repeat a lot in logs (the same template, the same ports), so :meth:`encode_many`
 tokenises each distinct string once.
 
+Numbers: :meth:`with_numeric_bins` adds per-key quantile-bin tokens (seqenc.numeric);
+:meth:`encode_values` then puts a key's bin token before each numeric value. The bins are saved
+as ``numeric_bins.json`` beside ``tokenizer.json`` and loaded with it.
+
 Choice (reproducibility): a trained vocabulary has no ``##`` continuation prefix -- a piece
 inside a word is the same token as at its start (``123456789`` -> ``123 456 789``). With the
 prefix, ``tokenizers``' WordPiece trainer creates the ``##`` pieces in hash-map order, and on
@@ -34,8 +38,11 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from seqenc.numeric import NumericBins
+
 PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[VAL_SEP]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK, VAL_SEP]
+NUMERIC_BINS_FILE = "numeric_bins.json"  # beside tokenizer.json
 
 
 class ValueTokenizer:
@@ -51,6 +58,17 @@ class ValueTokenizer:
         )
         self.special_ids = frozenset(tokenizer.token_to_id(t) for t in SPECIAL_TOKENS)
         self._cache: dict[str, list[int]] = {}
+        self.numeric: NumericBins | None = None
+        self._bin_ids: list[int] = []
+
+    def with_numeric_bins(self, bins: NumericBins | None) -> ValueTokenizer:
+        """Use ``bins`` in :meth:`encode_values`; their tokens join the vocabulary (at its end,
+        unsplittable; not in ``special_ids``, so MLM masks and predicts them). Returns self."""
+        self.numeric = bins
+        if bins is not None:
+            self.tokenizer.add_special_tokens(bins.tokens)
+            self._bin_ids = [self.tokenizer.token_to_id(t) for t in bins.tokens]
+        return self
 
     @property
     def vocab_size(self) -> int:
@@ -73,7 +91,10 @@ class ValueTokenizer:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ValueTokenizer:
-        return cls(Tokenizer.from_file(str(path)))
+        """A saved tokenizer, with its numeric bins when ``numeric_bins.json`` lies beside it."""
+        bins_path = Path(path).with_name(NUMERIC_BINS_FILE)
+        return cls(Tokenizer.from_file(str(path))).with_numeric_bins(
+            NumericBins.load(bins_path) if bins_path.is_file() else None)
 
     @classmethod
     def from_bert(cls, name_or_path: str | Path = "minilm") -> ValueTokenizer:
@@ -92,7 +113,13 @@ class ValueTokenizer:
         raise FileNotFoundError(f"{directory} has neither tokenizer.json nor vocab.txt")
 
     def save(self, path: str | Path) -> None:
+        """``tokenizer.json`` at ``path``, and the numeric bins beside it (a stale file is removed)."""
         self.tokenizer.save(str(path))
+        bins_path = Path(path).with_name(NUMERIC_BINS_FILE)
+        if self.numeric is not None:
+            self.numeric.save(bins_path)
+        else:
+            bins_path.unlink(missing_ok=True)
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
         """Token ids (no special tokens) of each text; each distinct text is tokenised once."""
@@ -101,6 +128,19 @@ class ValueTokenizer:
             for text, enc in zip(new, self.tokenizer.encode_batch(new, add_special_tokens=False)):
                 self._cache[text] = enc.ids
         return [self._cache[t] for t in texts]
+
+    def encode_values(self, key: str, values: list[str]) -> list[list[int]]:
+        """Token ids of each value of ``key``, a numeric value led by its bin token."""
+        return self.encode_keyed([key] * len(values), values)
+
+    def encode_keyed(self, keys: list[str], values: list[str]) -> list[list[int]]:
+        """Token ids of each value, ``values[i]`` being a value of ``keys[i]`` (bin tokens as
+        in :meth:`encode_values`)."""
+        ids = self.encode_many(values)
+        if self.numeric is None:
+            return ids
+        bins = map(self.numeric.bin_of, keys, values)
+        return [v if b is None else [self._bin_ids[b], *v] for v, b in zip(ids, bins)]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)

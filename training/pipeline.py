@@ -31,6 +31,7 @@ from parsers import logs as log_ingest
 from parsers import purchases, storage, synthetic
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
+from seqenc.numeric import NumericBins
 from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
@@ -160,12 +161,17 @@ def _jsonable(report: dict) -> dict:
 def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg: dict,
                       pretrained: str | None = None) -> tuple[ValueTokenizer, TokenizedSequences]:
     """A WordPiece vocabulary from the train sequences' keys and values (or the pre-trained
-    checkpoint's), and every S(k) tokenised into windows as the model config says."""
+    checkpoint's) with numeric bins fitted on the train values (seqenc.numeric), and every S(k)
+    tokenised into windows as the model config says."""
     train_rows = value_seqs.join(pl.DataFrame({"sequence_id": train_ids}), on="sequence_id", how="semi")
     texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
     tok = (ValueTokenizer.from_bert(pretrained) if pretrained
            else ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"]))
-    defaults = TVMKAConfig()  # how a long S(k) is handled follows the model config
+    defaults = TVMKAConfig()  # bins and how a long S(k) is handled follow the model config
+    n_bins = model_cfg.get("numeric_bins", defaults.numeric_bins)
+    if n_bins:
+        tok.with_numeric_bins(NumericBins.fit(train_rows["key"].to_list(), train_rows["values"].to_list(), n_bins))
+        log.info("numeric bins for %d key(s): %s", len(tok.numeric.edges), sorted(tok.numeric.edges))
     data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
                                     model_cfg.get("long_sequences", defaults.long_sequences),
                                     model_cfg.get("max_windows", defaults.max_windows))
@@ -174,9 +180,11 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
 
 def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
                     ingest_date: str | list[str] | None = None, pretrained: str | None = None,
-                    data_root: str | None = None, split: str = "stratified") -> dict:
+                    data_root: str | None = None, split: str = "stratified", model_overrides: dict | None = None) -> dict:
     """S(k) for every labelled sequence, a train/dev/test split, a WordPiece vocabulary from
     train (or the pre-trained checkpoint's vocabulary when ``pretrained`` is given).
+    ``model_overrides`` (TVMKAConfig fields) replace the size's tokenisation settings as they do
+    the model's in :func:`stage_train` (``vocab_size``, ``max_positions``, ``numeric_bins``, ...).
 
     ``ingest_date`` restricts the input to one ingest partition or a list of them (None: all);
     ``data_root`` is the ingest root (default ``<workdir>/data``). ``split``: ``"stratified"``
@@ -212,7 +220,7 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
     split_df.write_parquet(out / "splits.parquet")
 
     tok, data = vocab_and_windows(value_seqs, split_df.filter(pl.col("split") == "train")["sequence_id"],
-                                  _size(size)["model"], pretrained)
+                                  {**_size(size)["model"], **(model_overrides or {})}, pretrained)
     tok.save(out / "tokenizer.json")
     data.write_parquet(out / "windows.parquet")
     (out / "classes.json").write_text(json.dumps(classes))
@@ -281,6 +289,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
 
     torch.manual_seed(seed)
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
+            "numeric_bins": tok.numeric.n_bins if tok.numeric else 0,
             **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
@@ -375,7 +384,7 @@ def run_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, m
     deepspeed = config.get("train", {}).get("deepspeed")
     rank, world = data_parallel(deepspeed)
     if rank == 0:
-        stage_sequences(workdir, task_name, size, seed, pretrained=pretrained)
+        stage_sequences(workdir, task_name, size, seed, pretrained=pretrained, model_overrides=config.get("model"))
     if world > 1:  # the other ranks read what rank 0 wrote (value sequences, vocabulary, splits)
         from training.deepspeed_engine import barrier
 

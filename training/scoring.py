@@ -1,7 +1,8 @@
 """Model bundles and batch scoring.
 
 A model bundle is one directory: ``config.json`` + ``model.safetensors`` (the TVM-KA weights,
-see :meth:`seqenc.model.TVMKA.save_pretrained`), ``tokenizer.json`` and ``metadata.json``
+see :meth:`seqenc.model.TVMKA.save_pretrained`), ``tokenizer.json`` (with ``numeric_bins.json``
+beside it when the tokenizer has numeric bins) and ``metadata.json``
 (task, class names, decision threshold, keys left out of the value sequences). Nothing in it is
 pickled. :func:`score_objects` turns long-form objects into predictions with it: the same code
 serves the demo, the CLI and the Airflow tasks.
