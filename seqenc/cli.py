@@ -173,7 +173,8 @@ def cmd_bench_accuracy(args) -> int:
     config = json.loads(Path(args.config).read_text()) if args.config else {}
     results, described = bench_accuracy(args.data, workdir, datasets=args.datasets.split(","),
                                         modes=args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
-                                        config=config, progress=not args.no_progress)
+                                        config=config, progress=not args.no_progress,
+                                        seeds=[int(x) for x in args.seeds.split(",")] if args.seeds else None)
     paths = write_accuracy_outputs(results, described, args.json)
     print(accuracy_table(results))
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -402,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--config", default=None, metavar="JSON",
                     help='overrides for every run: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')
     ba.add_argument("--seed", type=int, default=0)
+    ba.add_argument("--seeds", default=None, metavar="S1,S2,...",
+                    help="run everything once per seed and report the mean, std and per-seed rows (overrides --seed)")
     ba.add_argument("--no-progress", action="store_true")
     ba.set_defaults(func=cmd_bench_accuracy)
 

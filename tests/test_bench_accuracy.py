@@ -40,3 +40,32 @@ def test_bench_accuracy_cli_contract(tmp_path):
     described = json.loads(out.with_suffix(".datasets.json").read_text())
     assert "floor(0.6n) train" in described["hdfs"]["description"] and described["hdfs"]["settings"]["train"]["rounds"] == 1
     assert out.with_suffix(".md").read_text().startswith("| dataset | mode |") and out.with_suffix(".png").stat().st_size
+
+
+def test_bench_accuracy_over_seeds_reports_mean_std_and_each_seed(tmp_path):
+    """``--seeds 0,1``: each row is the mean over the seeds, each seed's row is what a run with
+    that seed alone gives, and the table shows the spread."""
+    import numpy as np
+
+    from training.bench_accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
+
+    data = require()
+    args = {"datasets": ["milestone"], "modes": ["interleaved"], "size": "tiny", "limits": {"milestone": 60},
+            "config": {"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}, "progress": False}
+    both, described = bench_accuracy(data, tmp_path / "both", seeds=[0, 1], **args)
+    alone, _ = bench_accuracy(data, tmp_path / "alone", seeds=[1], **args)
+    assert described["milestone"]["seeds"] == [0, 1]
+    for mode in ("interleaved", "count_lr"):
+        row = both["milestone"][mode]
+        assert set(row["per_seed"]) == {"0", "1"}
+        per_seed = [row["per_seed"][s] for s in ("0", "1")]
+        for field in ("macro_f1", "micro_f1"):
+            assert row[field] == np.mean([r[field] for r in per_seed])
+            assert row["std"][field] == np.std([r[field] for r in per_seed], ddof=1)
+        assert row["f1"] is None and row["std"]["f1"] is None  # C-way: no binary F1 in any seed
+        assert {k: v for k, v in row["per_seed"]["1"].items() if k != "seconds"} == \
+            {k: v for k, v in alone["milestone"][mode].items() if k != "seconds"}
+        assert "std" not in alone["milestone"][mode]  # one seed: the plain contracted row
+    assert " ± " in accuracy_table(both)
+    paths = write_accuracy_outputs(both, described, tmp_path / "out.json")
+    assert json.loads(paths[0].read_text())["milestone"]["interleaved"]["per_seed"]["0"]["macro_f1"] is not None

@@ -11,6 +11,7 @@ logistic regression on event-count vectors (``count_lr``). OUT: ``{DATASET: {MOD
 "micro_f1", "seconds"}}}`` (precision/recall/f1 are null for C-way tasks; next_item rows have
 every F1 null and add ``recall_at_1``, ``recall_at_5``, ``recall_at_10``, ``mrr``), plus a Markdown table
 and a bar plot beside it, and ``OUT.datasets.json`` with how each dataset was built and split.
+With ``--seeds 0,1,2`` every row is the mean over the seeds, plus ``std`` and ``per_seed``.
 """
 
 from __future__ import annotations
@@ -113,8 +114,20 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
 
 
 def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str = "demo", seed: int = 0,
-                   limits: dict | None = None, config: dict | None = None, progress: bool = True) -> tuple[dict, dict]:
-    """Returns (results, dataset descriptions). ``config`` overrides the size's model/train settings."""
+                   limits: dict | None = None, config: dict | None = None, progress: bool = True,
+                   seeds: list[int] | None = None) -> tuple[dict, dict]:
+    """Returns (results, dataset descriptions). ``config`` overrides the size's model/train settings.
+
+    ``seeds`` (several): the whole bench once per seed -- a seed draws the generated datasets,
+    the splits and the initial weights -- in ``workdir/seed-<s>``; each row then holds the mean
+    of every field over the seeds, with ``std`` (sample standard deviation per field) and
+    ``per_seed`` (the rows of each seed) beside them (:func:`mean_over_seeds`)."""
+    if seeds and len(seeds) > 1:
+        runs = {s: bench_accuracy(data_dir, Path(workdir) / f"seed-{s}", datasets, modes, size, s, limits, config,
+                                  progress) for s in seeds}
+        described = {name: {**info, "seeds": list(seeds)} for name, info in runs[seeds[0]][1].items()}
+        return mean_over_seeds({s: r for s, (r, _) in runs.items()}), described
+    seed = seeds[0] if seeds else seed
     limits = {**DEFAULT_LIMITS, **(limits or {})}
     config = config or {}
     sizes = {part: {**SIZES[size][part], **BENCH_OVERRIDES.get(part, {}), **config.get(part, {})}
@@ -128,15 +141,46 @@ def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str 
     return results, described
 
 
+def mean_over_seeds(per_seed: dict[int, dict]) -> dict:
+    """``{seed: {dataset: {mode: row}}}`` -> ``{dataset: {mode: row}}``: each field the mean over
+    the seeds (None where a seed has none), plus ``std`` and ``per_seed``. On value_anomaly one
+    seed's test F1 ranged from 0.47 to 0.72 (interleaved, seeds 0-2), so a single seed cannot
+    tell two settings apart; the spread is part of the answer."""
+    first = next(iter(per_seed.values()))
+    out: dict = {}
+    for name, modes in first.items():
+        out[name] = {}
+        for mode, row in modes.items():
+            rows = {str(s): per_seed[s][name][mode] for s in per_seed}
+            mean, std = {}, {}
+            for field in row:
+                values = [r[field] for r in rows.values()]
+                ok = all(v is not None for v in values)
+                mean[field] = float(np.mean(values)) if ok else None
+                std[field] = float(np.std(values, ddof=1)) if ok else None
+            out[name][mode] = {**mean, "std": std, "per_seed": rows}
+    return out
+
+
 def accuracy_table(results: dict) -> str:
     lines = ["| dataset | mode | precision | recall | F1 | macro F1 | micro F1 | seconds | recall@1 | recall@5 "
              "| recall@10 | MRR |", "|---|---|" + "---:|" * 10]
     for name, modes in results.items():
         for mode, r in modes.items():
-            cells = ["" if r.get(f) is None else (f"{r[f]:.3f}" if f != "seconds" else f"{r[f]:.0f}")
-                     for f in FIELDS + RANKING]
+            cells = [_cell(r, f) for f in FIELDS + RANKING]
             lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cell(row: dict, field: str) -> str:
+    """``0.561`` -- or ``0.561 ± 0.142`` for a mean over seeds (seconds: whole, no spread)."""
+    value = row.get(field)
+    if value is None:
+        return ""
+    if field == "seconds":
+        return f"{value:.0f}"
+    std = (row.get("std") or {}).get(field)
+    return f"{value:.3f}" + (f" ± {std:.3f}" if std is not None else "")
 
 
 def write_accuracy_outputs(results: dict, described: dict, json_path) -> list[Path]:
@@ -155,7 +199,8 @@ def write_accuracy_outputs(results: dict, described: dict, json_path) -> list[Pa
     for ax, (name, modes) in zip(axes[0], results.items()):
         headline = next(f for f in ("f1", "macro_f1", "recall_at_10")
                         if all(r.get(f) is not None for r in modes.values()))
-        ax.bar(list(modes), [modes[m][headline] for m in modes], color="tab:blue")
+        spread = [(modes[m].get("std") or {}).get(headline) or 0.0 for m in modes]  # error bars: over seeds
+        ax.bar(list(modes), [modes[m][headline] for m in modes], yerr=spread, capsize=3, color="tab:blue")
         ax.set_title(f"{name} (test {headline})")
         ax.set_ylim(0, 1)
         ax.tick_params(axis="x", rotation=45)
