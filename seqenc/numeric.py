@@ -27,7 +27,7 @@ Off by default (``TVMKAConfig.numeric_bins = 0``); ``numeric_bins=16`` turns it 
 ``value_anomaly`` (interleaved, bench settings, seeds 0 / 1 / 2, each seed its own generated
 data): test F1 0.545 / 0.591 / 0.222 with 16 bins, 0.471 / 0.723 / 0.476 without. The bin
 token makes an ``oversize`` size explicit in S(size), yet the KA did not find more oversize
-blocks (17/27 without, 13/27 with): the [CLS] output of an MLM-trained TVM does not reliably
+blocks (14/27 without, 12/27 with): the [CLS] output of an MLM-trained TVM does not reliably
 carry one rare token, bin or not. The edges are saved as ``numeric_bins.json`` beside
 ``tokenizer.json``.
 """
