@@ -44,6 +44,20 @@ def _print_summary(summary: dict) -> None:
     print(f"open the MLflow UI:  {ui_command(summary['mlflow_tracking_uri'])}")
 
 
+def _config_arg(text: str | None) -> dict:
+    """``--config``: inline JSON (starts with ``{``) or the path of a JSON file; None -> {}."""
+    if not text:
+        return {}
+    raw = text if text.lstrip().startswith("{") else Path(text).read_text()
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"--config: not valid JSON ({err}): {text[:80]}") from err
+    if not isinstance(config, dict):
+        raise SystemExit(f"--config: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
 def cmd_demo(args) -> int:
     from training.pipeline import run_demo
 
@@ -108,7 +122,7 @@ def cmd_train(args) -> int:
     else:
         if not (args.workdir and args.task):
             raise SystemExit("seqenc train: --workdir and --task are required (or --resume JOB_DIR)")
-        config = json.loads(Path(args.config).read_text()) if args.config else {}
+        config = _config_arg(args.config)
         if args.deepspeed:
             config.setdefault("train", {})["deepspeed"] = str(Path(args.deepspeed).resolve())
         result = run_train(args.workdir, args.task, size=args.size, seed=args.seed, mode=args.mode, config=config,
@@ -170,7 +184,7 @@ def cmd_bench_accuracy(args) -> int:
 
     limits = dict((k, int(v)) for k, v in (item.split("=") for item in args.limit)) if args.limit else {}
     workdir = Path(args.workdir or Path(args.json).with_suffix("")).resolve()
-    config = json.loads(Path(args.config).read_text()) if args.config else {}
+    config = _config_arg(args.config)
     results, described = bench_accuracy(args.data, workdir, datasets=args.datasets.split(","),
                                         modes=args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
                                         config=config, progress=not args.no_progress,
@@ -322,7 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "baseline: one BERT over flattened objects / a record-view (Transformers4Rec-style) model")
     train.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in model and step sizes")
     train.add_argument("--config", default=None, metavar="JSON",
-                       help='overrides: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')
+                       help='overrides, inline JSON or a JSON file: {"model": {TVMKAConfig fields}, '
+                       '"train": {TrainConfig fields}}')
     train.add_argument("--deepspeed", default=None, metavar="DS_JSON", help="train under DeepSpeed with this config")
     train.add_argument("--resume", default=None, metavar="JOB_DIR", help="continue a job from its last checkpoint")
     train.add_argument("--seed", type=int, default=0)
@@ -394,14 +409,16 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--datasets", default="hdfs,bgl,milestone,value_anomaly",
                     help="datasets (next_item too, on request: recall@k on generated purchase histories)")
     ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
-                    help="training modes (on request also joint, and interleaved+rvd: with replaced-value "
+                    help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
+                         "surprise too, and interleaved+rvd: with replaced-value "
                          "detection); count_lr always runs")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
                     help="dataset size limit (hdfs: lines per file, default all; others: see training.benchdata)")
     ba.add_argument("--workdir", default=None, help="scratch folder (default: beside --json)")
     ba.add_argument("--config", default=None, metavar="JSON",
-                    help='overrides for every run: {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}')
+                    help='overrides for every run, inline JSON or a JSON file: {"model": {TVMKAConfig fields}, '
+                    '"train": {TrainConfig fields}}')
     ba.add_argument("--seed", type=int, default=0)
     ba.add_argument("--seeds", default=None, metavar="S1,S2,...",
                     help="run everything once per seed and report the mean, std and per-seed rows (overrides --seed)")

@@ -26,10 +26,16 @@ class TVMKAConfig:
     max_positions: int = 512  # TVM window, in tokens, including [CLS] k [VAL_SEP]
     type_vocab_size: int = 2  # kept for checkpoint compatibility with BERT (always type 0)
     # quantile-bin tokens before numeric values (seqenc.numeric), this many bins per numeric key;
-    # 0 = none (the default: on value_anomaly, 16 bins did not raise test F1 over three seeds).
+    # 0 = none (the default; on value_anomaly 16 bins moved test F1 by less than the spread
+    # between seeds, seqenc/numeric.py).
     # A tokenisation setting: the edges live with the tokenizer (numeric_bins.json); the model
     # records how many it was trained with.
     numeric_bins: int = 0
+    # a [LINKED] / [ALONE] marker before every value of S(k): whether the value also occurs under
+    # another key of the same sequence (seqenc.links). A tokenisation setting as numeric_bins: the
+    # markers live in tokenizer.json. Off by default (it changes what S(k) is; measured in the
+    # docstring of seqenc.links).
+    value_links: bool = False
 
     # --- encoder (shared by TVM and KA: "the same architecture") ----------------------------
     d_model: int = 256
@@ -58,6 +64,12 @@ class TVMKAConfig:
     # default (the paper); ``seqenc bench accuracy --modes interleaved+rvd`` measures it.
     replaced_value_detection: bool = False
 
+    # --- reconstruction surprise (seqenc.surprise), binary tasks ------------------------------
+    # With it on, the final anomaly score is max(z_KA, z_surprise): the KA's standardised logit
+    # or the largest standardised masked-LM surprise of a key's values, whichever is higher.
+    # Off by default (the paper scores with the KA alone).
+    surprise_scoring: bool = False
+
     # --- value sequences longer than the window ---------------------------------------------
     # "window": split S(k) into windows that each start with [CLS] k [VAL_SEP] and mean-pool
     # the windows' [CLS] vectors into KR(k); "truncate": keep only the most recent values.
@@ -85,6 +97,8 @@ class TVMKAConfig:
             raise ValueError("task='next_item' needs n_items >= 1 (the catalogue size)")
         if self.numeric_bins < 0:
             raise ValueError(f"numeric_bins={self.numeric_bins} must be >= 0 (0: no bin tokens)")
+        if self.surprise_scoring and self.task != "binary":
+            raise ValueError(f"surprise_scoring combines anomaly scores: it needs task='binary', not {self.task!r}")
         if self.long_sequences not in ("window", "truncate"):
             raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
 

@@ -25,10 +25,12 @@ Choices (the TVM-KA paper treats values as text and says nothing about numbers):
 
 Off by default (``TVMKAConfig.numeric_bins = 0``); ``numeric_bins=16`` turns it on. Measured on
 ``value_anomaly`` (interleaved, bench settings, seeds 0 / 1 / 2, each seed its own generated
-data): test F1 0.545 / 0.591 / 0.222 with 16 bins, 0.471 / 0.723 / 0.476 without. The bin
-token makes an ``oversize`` size explicit in S(size), yet the KA did not find more oversize
-blocks (14/27 without, 12/27 with): the [CLS] output of an MLM-trained TVM does not reliably
-carry one rare token, bin or not. The edges are saved as ``numeric_bins.json`` beside
+data): test F1 0.545 / 0.591 / 0.222 with 16 bins (mean 0.453), 0.471 / 0.423 / 0.261 without
+(mean 0.385, the bench's runs) -- a difference well inside the spread between seeds. (An
+earlier note compared with 0.723 / 0.476 for seeds 1 / 2 "without": those runs had a scratch
+bin-word transform on, so they were runs *with* bins.) The bin token makes an ``oversize`` size
+explicit in S(size); with value links on as well (seqenc.links) the KA found 20 of the 27
+oversize test blocks of the three seeds (14 with neither). The edges are saved as ``numeric_bins.json`` beside
 ``tokenizer.json``.
 """
 

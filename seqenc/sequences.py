@@ -29,6 +29,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from seqenc.links import value_link_flags
 from seqenc.tokenizer import ValueTokenizer
 
 log = logging.getLogger(__name__)
@@ -193,10 +194,12 @@ def tokenize_value_sequences(
     mode: str = "window",
     max_windows: int = 64,
 ) -> TokenizedSequences:
-    """Build and tokenise every S(k); the rows must be sorted by (sequence_id, key)."""
+    """Build and tokenise every S(k); the rows must be sorted by (sequence_id, key). A tokenizer
+    with value links (seqenc.links) marks every value linked / alone within its sequence."""
     seq_col = value_sequences["sequence_id"].to_list()
     key_col = value_sequences["key"].to_list()
     values_col = value_sequences["values"].to_list()
+    links_col = value_link_flags(value_sequences) if tokenizer.value_links else [None] * len(key_col)
     key_tokens = dict(zip(dict.fromkeys(key_col), tokenizer.encode_many(list(dict.fromkeys(key_col)))))
     all_values = [v for vs in values_col for v in vs]
     tokenizer.encode_many(all_values)  # fill the cache in one batched call
@@ -204,12 +207,12 @@ def tokenize_value_sequences(
     sequence_ids: list[str] = []
     key_seq, windows, window_key = [], [], []
     dropped = 0
-    for row, (seq, key, values) in enumerate(zip(seq_col, key_col, values_col)):
+    for row, (seq, key, values, linked) in enumerate(zip(seq_col, key_col, values_col, links_col)):
         if not sequence_ids or sequence_ids[-1] != seq:
             sequence_ids.append(seq)
         key_seq.append(len(sequence_ids) - 1)
         w, d = value_sequence_windows(
-            key_tokens[key], tokenizer.encode_values(key, values), tokenizer.cls_id, tokenizer.val_sep_id,
+            key_tokens[key], tokenizer.encode_values(key, values, linked), tokenizer.cls_id, tokenizer.val_sep_id,
             max_len, mode, max_windows,
         )
         windows.extend(w)

@@ -21,6 +21,11 @@ Numbers: :meth:`with_numeric_bins` adds per-key quantile-bin tokens (seqenc.nume
 :meth:`encode_values` then puts a key's bin token before each numeric value. The bins are saved
 as ``numeric_bins.json`` beside ``tokenizer.json`` and loaded with it.
 
+Value links: :meth:`with_value_links` adds the ``[LINKED]`` / ``[ALONE]`` markers
+(seqenc.links); :meth:`encode_values` given the link flags puts one before each value. The
+markers are saved in ``tokenizer.json``; a tokenizer that holds them marks values
+(:attr:`value_links`).
+
 Choice (reproducibility): a trained vocabulary has no ``##`` continuation prefix -- a piece
 inside a word is the same token as at its start (``123456789`` -> ``123 456 789``). With the
 prefix, ``tokenizers``' WordPiece trainer creates the ``##`` pieces in hash-map order, and on
@@ -38,6 +43,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from seqenc.links import LINK_TOKENS
 from seqenc.numeric import NumericBins
 
 PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[VAL_SEP]"
@@ -60,6 +66,9 @@ class ValueTokenizer:
         self._cache: dict[str, list[int]] = {}
         self.numeric: NumericBins | None = None
         self._bin_ids: list[int] = []
+        self._link_ids: tuple[int, int] | None = None
+        if all(tokenizer.token_to_id(t) is not None for t in LINK_TOKENS):
+            self._link_ids = tuple(tokenizer.token_to_id(t) for t in LINK_TOKENS)
 
     def with_numeric_bins(self, bins: NumericBins | None) -> ValueTokenizer:
         """Use ``bins`` in :meth:`encode_values`; their tokens join the vocabulary (at its end,
@@ -69,6 +78,18 @@ class ValueTokenizer:
             self.tokenizer.add_special_tokens(bins.tokens)
             self._bin_ids = [self.tokenizer.token_to_id(t) for t in bins.tokens]
         return self
+
+    def with_value_links(self) -> ValueTokenizer:
+        """Add the value-link markers (seqenc.links) to the vocabulary, unsplittable and
+        maskable like the bin tokens; :attr:`value_links` is then True. Returns self."""
+        self.tokenizer.add_special_tokens(list(LINK_TOKENS))
+        self._link_ids = tuple(self.tokenizer.token_to_id(t) for t in LINK_TOKENS)
+        return self
+
+    @property
+    def value_links(self) -> bool:
+        """Whether this tokenizer marks values as linked / alone (seqenc.links)."""
+        return self._link_ids is not None
 
     @property
     def vocab_size(self) -> int:
@@ -129,18 +150,26 @@ class ValueTokenizer:
                 self._cache[text] = enc.ids
         return [self._cache[t] for t in texts]
 
-    def encode_values(self, key: str, values: list[str]) -> list[list[int]]:
-        """Token ids of each value of ``key``, a numeric value led by its bin token."""
-        return self.encode_keyed([key] * len(values), values)
+    def encode_values(self, key: str, values: list[str], linked: list[bool] | None = None) -> list[list[int]]:
+        """Token ids of each value of ``key`` (bin and link tokens as in :meth:`encode_keyed`)."""
+        return self.encode_keyed([key] * len(values), values, linked)
 
-    def encode_keyed(self, keys: list[str], values: list[str]) -> list[list[int]]:
-        """Token ids of each value, ``values[i]`` being a value of ``keys[i]`` (bin tokens as
-        in :meth:`encode_values`)."""
+    def encode_keyed(self, keys: list[str], values: list[str], linked: list[bool] | None = None) -> list[list[int]]:
+        """Token ids of each value, ``values[i]`` being a value of ``keys[i]``: a numeric value
+        led by its bin token; with ``linked`` (one flag per value, seqenc.links) every value led
+        by ``[LINKED]`` or ``[ALONE]`` first."""
         ids = self.encode_many(values)
-        if self.numeric is None:
+        if self.numeric is not None:
+            bins = map(self.numeric.bin_of, keys, values)
+            ids = [v if b is None else [self._bin_ids[b], *v] for v, b in zip(ids, bins)]
+        if linked is None:
             return ids
-        bins = map(self.numeric.bin_of, keys, values)
-        return [v if b is None else [self._bin_ids[b], *v] for v, b in zip(ids, bins)]
+        if self._link_ids is None:
+            raise ValueError("link flags given, but this tokenizer has no value-link tokens (with_value_links)")
+        if len(linked) != len(values):
+            raise ValueError(f"{len(linked)} link flags for {len(values)} values")
+        on, off = self._link_ids
+        return [[on if flag else off, *v] for v, flag in zip(ids, linked)]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)

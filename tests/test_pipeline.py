@@ -177,3 +177,18 @@ def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
                                                          on_dev["top_items"].to_list())["recall_at_10"])
     assert got == pytest.approx(json.loads((out / "plots" / "next_item" / "metrics.json").read_text())
                                 ["dev"]["recall_at_10"])
+
+
+def test_config_option_takes_inline_json_or_a_file(tmp_path):
+    from seqenc.cli import _config_arg
+
+    overrides = {"model": {"value_links": True}, "train": {"rounds": 2}}
+    path = tmp_path / "overrides.json"
+    path.write_text(json.dumps(overrides))
+    assert _config_arg(json.dumps(overrides)) == _config_arg(str(path)) == overrides
+    assert _config_arg(None) == {}
+    with pytest.raises(SystemExit, match="not valid JSON"):
+        _config_arg('{"model": ')
+    path.write_text("[1, 2]")
+    with pytest.raises(SystemExit, match="expected a JSON object"):
+        _config_arg(str(path))

@@ -4,7 +4,8 @@ For each dataset of training.benchdata (``hdfs``, ``bgl``, ``milestone``, ``valu
 request ``next_item``):
 value sequences S(k) from the dataset's objects, a WordPiece vocabulary from its train split,
 then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; on request
-``joint`` and ``interleaved+rvd``, interleaved with replaced-value detection, seqenc.config)
+``joint``, ``interleaved+rvd``, interleaved with replaced-value detection, seqenc.config, and
+``interleaved+surprise``, scored with the TVM's masked-LM surprise too, seqenc.surprise)
 trained with the demo's model and step sizes (but 1:10 TVM:KA steps, BENCH_OVERRIDES) and the
 same seed, evaluated on the test split (binary threshold fitted on dev), next to scikit-learn
 logistic regression on event-count vectors (``count_lr``). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
@@ -40,8 +41,9 @@ MODES = ("interleaved", "no_interleave", "flattened", "record_view")
 # next_item (training.benchdata) runs on request: its 1,500 histories of 20-60 purchases are
 # about twice the tokens of the others and take ~10 min a TVM mode on 2 cores
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
-# "<mode>+<variant>": the mode with model options; rvd = replaced-value detection (seqenc.config)
-VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}}
+# "<mode>+<variant>": the mode with model options; rvd = replaced-value detection (seqenc.config),
+# surprise = the KA's score combined with the TVM's masked-LM surprise (seqenc.surprise)
+VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}, "surprise": {"surprise_scoring": True}}
 FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
 RANKING = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr")  # next_item rows add these
 # On top of the size's settings: ten KA steps per TVM step instead of the trainer's 2:1. KA
@@ -83,7 +85,7 @@ def _variant(mode: str) -> tuple[str, str]:
     base, _, variant = mode.partition("+")
     if base not in MODES_ALL or variant not in VARIANTS or (variant and base in END_TO_END):
         raise ValueError(f"unknown bench mode {mode!r}: a training mode ({', '.join(MODES_ALL)}), "
-                         "interleaved / no_interleave optionally with +rvd")
+                         "interleaved / no_interleave optionally with +rvd or +surprise")
     return base, variant
 
 

@@ -172,6 +172,8 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
     if n_bins:
         tok.with_numeric_bins(NumericBins.fit(train_rows["key"].to_list(), train_rows["values"].to_list(), n_bins))
         log.info("numeric bins for %d key(s): %s", len(tok.numeric.edges), sorted(tok.numeric.edges))
+    if model_cfg.get("value_links", defaults.value_links):
+        tok.with_value_links()
     data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
                                     model_cfg.get("long_sequences", defaults.long_sequences),
                                     model_cfg.get("max_windows", defaults.max_windows))
@@ -289,7 +291,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
 
     torch.manual_seed(seed)
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
-            "numeric_bins": tok.numeric.n_bins if tok.numeric else 0,
+            "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
             **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
@@ -335,6 +337,8 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         metadata = {"task_name": task_name, "source": spec.source, "threshold": result["threshold"], "mode": mode,
                     "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key,
                     "mlflow_run_id": run.info.run_id}
+        if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way
+            metadata["surprise"] = trainer.surprise.to_dict()
         bundle = save_bundle(model, tok, metadata, out / "bundle")
         test = splits["test"]
         if spec.task == "next_item":

@@ -3,8 +3,9 @@
 A model bundle is one directory: ``config.json`` + ``model.safetensors`` (the TVM-KA weights,
 see :meth:`seqenc.model.TVMKA.save_pretrained`), ``tokenizer.json`` (with ``numeric_bins.json``
 beside it when the tokenizer has numeric bins) and ``metadata.json``
-(task, class names, decision threshold, keys left out of the value sequences). Nothing in it is
-pickled. :func:`score_objects` turns long-form objects into predictions with it: the same code
+(task, class names, decision threshold, keys left out of the value sequences, and the fitted
+``surprise`` scorer when the model was trained with ``surprise_scoring``, seqenc.surprise;
+value-link markers, seqenc.links, live in ``tokenizer.json``). Nothing in it is pickled. :func:`score_objects` turns long-form objects into predictions with it: the same code
 serves the demo, the CLI and the Airflow tasks.
 """
 
@@ -20,6 +21,7 @@ import polars as pl
 from seqenc.inference import predict_proba
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences, with_event_key
+from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
 from training.metrics import predict
 
@@ -65,6 +67,9 @@ def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl
     data = tokenize_value_sequences(sequences, tok, config.max_positions, config.long_sequences,
                                     config.max_windows)
     probs = predict_proba(model, data, tok.pad_id, progress=progress)
+    if meta.get("surprise"):  # trained with surprise_scoring: combine as the trainer did
+        stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, progress=progress)
+        probs = SurpriseScorer.from_dict(meta["surprise"]).combine(probs, stats, data)
     pred = predict(probs, config.task, meta.get("threshold", 0.5))
     names = config.class_names or [str(i) for i in range(config.n_classes)]
     score = probs[:, 1] if config.task == "binary" else probs.max(axis=1)

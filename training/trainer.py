@@ -10,6 +10,8 @@
             steps move the very weights the TVM uses next round,
          d. dev evaluation.
     3. A last refresh with the final TVM; dev picks the binary threshold; dev and test scored.
+       With the model option ``surprise_scoring`` the final TVM's masked-LM surprise of every
+       value is computed here too, and the score is the KA's combined with it (seqenc.surprise).
 
 ``mode="no_interleave"`` is the ablation: the TVM trains once (all its MLM steps), one refresh,
 then only KA steps (the same number, evaluated at the same points). The end-to-end modes
@@ -41,6 +43,7 @@ from tqdm.auto import tqdm
 from seqenc.inference import gather_keys, ka_probabilities, key_representations
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
+from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
 from training.data import MLMBatches, class_weights
 from training.engines import make_engine, shard
@@ -132,6 +135,8 @@ class InterleavedTrainer(PhasedTrainer):
         self.tok, self.data, self.mlm = tok, data, mlm
         self.kr_version: int | None = None
         self.kr: torch.Tensor | None = None
+        self.surprise: SurpriseScorer | None = None  # fitted in the final phase (surprise_scoring)
+        self.surprise_stats: np.ndarray | None = None
         n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
         n_ka = sum(n for kind, _, n in self.plan if kind == "ka")
         self.engines = {
@@ -158,6 +163,8 @@ class InterleavedTrainer(PhasedTrainer):
             return summary
         elif kind == "final":
             self.refresh_cache(round_no)
+            if self.model.config.surprise_scoring:
+                self.fit_surprise()
             return self.evaluate()
         return None
 
@@ -199,8 +206,21 @@ class InterleavedTrainer(PhasedTrainer):
             self.update(self.engines["ka"], {"train/task_loss": sum(losses)},
                         after=lambda: self.maybe_eval(steps, round_no))
 
+    def fit_surprise(self) -> None:
+        """Surprise statistics of every key row from the final TVM, standardised on the normal
+        train sequences (seqenc.surprise); from here on :meth:`probabilities` combines."""
+        self.surprise = None
+        self.surprise_stats = key_surprise(self.model.tvm, self.data, self.tok.mask_id, self.tok.val_sep_id,
+                                           self.tok.pad_id, progress=self.progress)
+        train = self.splits["train"]
+        self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, self.probabilities(),
+                                           train[self.y[train] == 0])
+
     def probabilities(self) -> np.ndarray:
-        return ka_probabilities(self.model.ka, self.kr, self.data)
+        probs = ka_probabilities(self.model.ka, self.kr, self.data)
+        if self.surprise is None:
+            return probs
+        return self.surprise.combine(probs, self.surprise_stats, self.data)
 
     # --- checkpoint contents -------------------------------------------------------------------
     def rng_sources(self):

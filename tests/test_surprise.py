@@ -1,0 +1,118 @@
+"""Reconstruction surprise (seqenc.surprise): the statistics, the scorer, and the trained model
+and batch scoring combining scores the same way."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from seqenc.config import TVMKAConfig
+from seqenc.model import TVMKA
+from seqenc.sequences import TokenizedSequences
+from seqenc.surprise import STATS, SurpriseScorer, key_surprise
+
+CLS, MASK, SEP, PAD = 2, 4, 5, 0  # ids in a toy vocabulary of 20 tokens
+
+
+def _data() -> TokenizedSequences:
+    """Two sequences; sequence 0 has keys a (two values, one window) and b; sequence 1 has key a
+    in two windows (three values) and no b."""
+    windows = [[CLS, 10, SEP, 11, 12, SEP, 13],  # seq 0, key a: values [11 12], [13]
+               [CLS, 14, SEP, 15],  # seq 0, key b: value [15]
+               [CLS, 10, SEP, 11, 12],  # seq 1, key a, window 1
+               [CLS, 10, SEP, 16, SEP, 17]]  # seq 1, key a, window 2
+    return TokenizedSequences(["s0", "s1"], ["a", "b", "a"], np.array([0, 0, 1]), windows, np.array([0, 1, 2, 2]))
+
+
+def _tvm():
+    torch.manual_seed(0)
+    config = TVMKAConfig(vocab_size=20, d_model=16, n_layers=1, n_heads=2, n_shared_heads=1, d_ff=32,
+                         max_positions=16, pad_token_id=PAD)
+    return TVMKA(config).tvm.eval()
+
+
+def _nll(tvm, window, start, end):
+    """Per-token NLL of window[start:end] with those tokens masked, computed directly."""
+    ids = torch.tensor([window[:start] + [MASK] * (end - start) + window[end:]])
+    with torch.no_grad():
+        logp = tvm.mlm_logits(tvm(ids, ids != PAD)[0, start:end]).log_softmax(-1)
+    return -logp[torch.arange(end - start), torch.tensor(window[start:end])].numpy()
+
+
+def test_key_surprise_masks_each_value_whole_and_aggregates_per_key():
+    tvm, data = _tvm(), _data()
+    stats = key_surprise(tvm, data, MASK, SEP, PAD, progress=False)
+    assert stats.shape == (3, len(STATS))
+    w0 = data.windows[0]
+    v1, v2 = _nll(tvm, w0, 3, 5), _nll(tvm, w0, 6, 7)  # [11 12] and [13] of sequence 0, key a
+    # the first token's NLL with the *whole* value masked (not the first token alone)
+    assert _nll(tvm, w0, 3, 4)[0] != pytest.approx(v1[0])
+    np.testing.assert_allclose(stats[0], [max(v1[0], v2[0])], rtol=1e-5)
+    np.testing.assert_allclose(stats[1], _nll(tvm, data.windows[1], 3, 4), rtol=1e-5)
+    # key a of sequence 1 spans two windows: its three values are aggregated together
+    vals = [_nll(tvm, data.windows[2], 3, 5), _nll(tvm, data.windows[3], 3, 4), _nll(tvm, data.windows[3], 5, 6)]
+    np.testing.assert_allclose(stats[2], [max(v[0] for v in vals)], rtol=1e-5)
+
+
+def test_scorer_standardises_per_key_and_takes_the_larger_score():
+    keys = ["a", "b"] * 6 + ["a", "c"]  # six fitting sequences with a and b; one new with a and an unseen c
+    data = TokenizedSequences([f"s{i}" for i in range(7)], keys, np.repeat(np.arange(7), 2), [], np.zeros(0))
+    rng = np.random.default_rng(0)
+    stats = rng.normal(1.0, 0.1, size=(14, len(STATS)))
+    stats[12] = 9.0  # sequence 6: key a's lead token is very surprising
+    stats[13] = 100.0  # key c was never seen in training: ignored
+    probs = np.full((7, 2), 0.5)
+    scorer = SurpriseScorer.fit(stats, data, probs + rng.normal(0, 0.01, size=(7, 1)) * [[-1, 1]], np.arange(6))
+    surprise = scorer.sequence_surprise(stats, data)
+    a_lead = np.array([stats[r, 0] for r in range(0, 12, 2)])
+    assert surprise[6] == pytest.approx((9.0 - a_lead.mean()) / a_lead.std())
+    assert surprise[6] > 30 and surprise[:6].max() < 4
+    combined = scorer.combine(probs, stats, data)
+    assert combined.shape == (7, 2) and np.allclose(combined.sum(1), 1)
+    assert combined[6, 1] > 0.999 and combined[:6, 1].max() < combined[6, 1]
+    sure = probs.copy()
+    sure[0] = [1e-6, 1 - 1e-6]  # the KA alone is sure of sequence 0: the max keeps that
+    assert scorer.combine(sure, stats, data)[0, 1] > 0.999
+    again = SurpriseScorer.from_dict(json.loads(json.dumps(scorer.to_dict())))
+    np.testing.assert_array_equal(again.combine(probs, stats, data), combined)
+    with pytest.raises(ValueError, match="at least 2 normal"):
+        SurpriseScorer.fit(stats, data, probs, np.arange(1))
+
+
+def test_surprise_scoring_is_binary_only():
+    with pytest.raises(ValueError, match="surprise_scoring"):
+        TVMKAConfig(task="multiclass", n_classes=3, surprise_scoring=True)
+
+
+def test_trained_model_and_batch_scoring_combine_the_same_way(prepared_task, tmp_path):
+    """``seqenc train --config '{"model": {"surprise_scoring": true}}'``: the bundle carries the
+    fitted scorer, and scoring the test sequences from their objects reproduces the trainer's
+    test metrics with the bundle's threshold."""
+    import shutil
+
+    import polars as pl
+
+    from parsers import storage
+    from training import pipeline
+    from training.metrics import split_metrics
+    from training.scoring import load_bundle, score_objects
+
+    work = tmp_path / "w"
+    shutil.copytree(prepared_task("anomaly"), work)
+    steps = {"pretrain_steps": 2, "rounds": 1, "tvm_steps_per_round": 2, "checkpoint_every": 0}
+    result = pipeline.run_train(str(work), "anomaly", "tiny", config={"model": {"surprise_scoring": True},
+                                                                      "train": steps}, progress=False)
+    model, _, meta = load_bundle(result["model_dir"])
+    assert model.config.surprise_scoring and set(meta["surprise"]["centre"]) >= {"size", "event"}
+    splits = pl.read_parquet(work / "sequences" / "anomaly" / "splits.parquet")
+    test = splits.filter(pl.col("split") == "test")
+    objects = storage.read_objects(work / "data", pipeline.TASKS["anomaly"].source)
+    scored = score_objects(result["model_dir"], objects.join(test.select("sequence_id"), on="sequence_id"),
+                           progress=False).join(test, on="sequence_id")
+    classes = json.loads((work / "sequences" / "anomaly" / "classes.json").read_text())
+    y = np.array([classes.index(label) for label in scored["label"]])
+    probs = np.stack([1 - scored["score"].to_numpy(), scored["score"].to_numpy()], 1)
+    again = split_metrics(y, probs, "binary", meta["threshold"])
+    assert {k: again[k] for k in ("precision", "recall", "f1")} == \
+        pytest.approx({k: result["metrics"]["test"][k] for k in ("precision", "recall", "f1")})
