@@ -116,3 +116,17 @@ def test_trained_model_and_batch_scoring_combine_the_same_way(prepared_task, tmp
     again = split_metrics(y, probs, "binary", meta["threshold"])
     assert {k: again[k] for k in ("precision", "recall", "f1")} == \
         pytest.approx({k: result["metrics"]["test"][k] for k in ("precision", "recall", "f1")})
+
+
+def test_end_to_end_modes_refuse_surprise_scoring(prepared_task, tmp_path):
+    """The surprise is read from the TVM of interleaved / no_interleave training; an end-to-end
+    mode asked for it fails loudly instead of training without it."""
+    import shutil
+
+    from training import pipeline
+
+    work = tmp_path / "w"
+    shutil.copytree(prepared_task("anomaly"), work)
+    with pytest.raises(ValueError, match="surprise_scoring reads the TVM"):
+        pipeline.run_train(str(work), "anomaly", "tiny", mode="flattened",
+                           config={"model": {"surprise_scoring": True}}, progress=False)

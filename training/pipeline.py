@@ -292,9 +292,12 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     torch.manual_seed(seed)
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
+            "surprise_scoring": bool((model_overrides or {}).get("surprise_scoring", False)),
             **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
+    if mode in END_TO_END and (model_overrides or {}).get("surprise_scoring"):
+        raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
     if pretrained and mode in ("joint", "record_view"):
         raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave or flattened")
     if pretrained:
