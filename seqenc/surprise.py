@@ -40,8 +40,8 @@ Choices (the TVM-KA paper scores with the KA alone; this is an option,
 ``TVMKAConfig.surprise_scoring``, binary tasks only):
 
 * computed once, from the final TVM, in the final phase (not at every KR refresh): one forward
-  pass per value costs about as much as 10 KR refreshes, and the rounds' dev metrics stay the
-  KA's;
+  pass per value costs about as much as 7 KR refreshes on value_anomaly, and the rounds' dev
+  metrics stay the KA's;
 * the standardisation uses the normal train sequences' mean and standard deviation (floored
   at ``MIN_SCALE``), as a z-score of "how unusual for this key";
 * the fitted centres and scales are JSON in the bundle's ``metadata.json`` (training.scoring),
