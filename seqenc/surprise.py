@@ -50,7 +50,6 @@ Choices (the TVM-KA paper scores with the KA alone; this is an option,
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,23 +60,22 @@ from seqenc.inference import length_batches, pad_batch
 from seqenc.model import TemporalValueModeler
 from seqenc.sequences import TokenizedSequences
 
-log = logging.getLogger(__name__)
-
 STATS = ("lead_max",)
 MIN_SCALE = 1e-3  # nats
 
 
 def _masked_copies(data: TokenizedSequences, mask_id: int, val_sep_id: int):
-    """One copy of a window per value, that value's tokens masked: rows, their window, span."""
-    rows, window, spans = [], [], []
+    """One copy of a window per value, that value's tokens masked: rows, their window, and the
+    position of the value's first token."""
+    rows, window, first = [], [], []
     for w, tokens in enumerate(data.windows):
         seps = [i for i, t in enumerate(tokens) if t == val_sep_id] + [len(tokens)]
         for a, b in zip(seps[:-1], seps[1:]):
             if b - a > 1:  # a value of at least one token
                 rows.append(tokens[:a + 1] + [mask_id] * (b - a - 1) + tokens[b:])
                 window.append(w)
-                spans.append((a + 1, b))
-    return rows, np.asarray(window, dtype=np.int64), spans
+                first.append(a + 1)
+    return rows, np.asarray(window, dtype=np.int64), first
 
 
 @torch.no_grad()
@@ -87,20 +85,20 @@ def key_surprise(tvm: TemporalValueModeler, data: TokenizedSequences, mask_id: i
     (zero for a key row without values)."""
     was_training = tvm.training
     tvm.eval()
-    rows, window, spans = _masked_copies(data, mask_id, val_sep_id)
+    rows, window, first = _masked_copies(data, mask_id, val_sep_id)
     lead_nll = np.zeros(len(rows), dtype=np.float64)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     for idx in tqdm(length_batches(lengths, batch_tokens), desc="value surprise", disable=not progress,
                     leave=False):
         ids, mask = pad_batch([rows[i] for i in idx], pad_id)
         hidden = tvm(ids, mask)  # [B, L, d_model]
-        first = torch.as_tensor([spans[i][0] for i in idx])  # each row's masked first token
-        target = torch.as_tensor([data.windows[window[i]][spans[i][0]] for i in idx])
-        logits = tvm.mlm_logits(hidden[torch.arange(len(idx)), first])  # [B, vocab]
+        pos = torch.as_tensor([first[i] for i in idx])  # each row's masked first token
+        target = torch.as_tensor([data.windows[window[i]][first[i]] for i in idx])
+        logits = tvm.mlm_logits(hidden[torch.arange(len(idx)), pos])  # [B, vocab]
         lead_nll[idx] = -logits.float().log_softmax(-1).gather(1, target[:, None])[:, 0].numpy()
     tvm.train(was_training)
 
-    key_row = data.window_key[window] if len(window) else np.zeros(0, dtype=np.int64)
+    key_row = data.window_key[window]
     n = len(data.keys)
     out = np.zeros((n, len(STATS)), dtype=np.float64)
     np.maximum.at(out[:, 0], key_row, lead_nll)

@@ -209,12 +209,11 @@ class InterleavedTrainer(PhasedTrainer):
     def fit_surprise(self) -> None:
         """Surprise statistics of every key row from the final TVM, standardised on the normal
         train sequences (seqenc.surprise); from here on :meth:`probabilities` combines."""
-        self.surprise = None
         self.surprise_stats = key_surprise(self.model.tvm, self.data, self.tok.mask_id, self.tok.val_sep_id,
                                            self.tok.pad_id, progress=self.progress)
         train = self.splits["train"]
-        self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, self.probabilities(),
-                                           train[self.y[train] == 0])
+        ka_probs = ka_probabilities(self.model.ka, self.kr, self.data)
+        self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, ka_probs, train[self.y[train] == 0])
 
     def probabilities(self) -> np.ndarray:
         probs = ka_probabilities(self.model.ka, self.kr, self.data)
