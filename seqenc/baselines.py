@@ -37,7 +37,7 @@ from torch import nn
 from seqenc.config import TVMKAConfig
 from seqenc.heads import make_head
 from seqenc.inference import pad_batch
-from seqenc.links import link_flags
+from seqenc.links import link_flags, long_repeat_flags
 from seqenc.model import TVMKA, Embeddings, Encoder, SaveLoadMixin, init_weights, pool_windows
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
@@ -69,27 +69,32 @@ class ObjectSequences:
     def from_objects(cls, objects: pl.DataFrame, tok: ValueTokenizer,
                      exclude_keys: tuple[str, ...] = ()) -> ObjectSequences:
         """Long-form objects (sequence_id, step, key, value) -> tokenised objects, keys sorted; a
-        numeric value is led by its bin token and, with value links, every value by its link
-        marker, as in S(k) (seqenc.numeric, seqenc.links)."""
-        objects = objects.filter(~pl.col("key").is_in(list(exclude_keys)))
+        numeric value is led by its bin token and, with value links / repeats, every value by its
+        markers, as in S(k) (seqenc.numeric, seqenc.links)."""
+        objects = objects.filter(~pl.col("key").is_in(list(exclude_keys))).sort(["sequence_id", "step", "key"])
+        flags = []
         if tok.value_links:
             objects = objects.with_columns(link_flags(objects))
+            flags.append("linked")
+        if tok.value_repeats:
+            objects = objects.with_columns(long_repeat_flags(objects))
+            flags.append("seen")
         rows = (
-            objects.sort(["sequence_id", "step", "key"])
-            .group_by(["sequence_id", "step"], maintain_order=True)
-            .agg(pl.col("key"), pl.col("value"), *([pl.col("linked")] if tok.value_links else []))
+            objects.group_by(["sequence_id", "step"], maintain_order=True)
+            .agg(pl.col("key"), pl.col("value"), *flags)
         )
         keys, values = rows["key"].to_list(), rows["value"].to_list()
         links = rows["linked"].to_list() if tok.value_links else [None] * len(keys)
+        seens = rows["seen"].to_list() if tok.value_repeats else [None] * len(keys)
         tok.encode_many([k for ks in keys for k in ks] + [v for vs in values for v in vs])
         sequence_ids: list[str] = []
         out: list[list[tuple[list[int], list[int]]]] = []
-        for seq, ks, vs, linked in zip(rows["sequence_id"].to_list(), keys, values, links):
+        for seq, ks, vs, linked, seen in zip(rows["sequence_id"].to_list(), keys, values, links, seens):
             if not sequence_ids or sequence_ids[-1] != seq:
                 sequence_ids.append(seq)
                 out.append([])
             ids, types = [], []
-            for k_ids, v_ids in zip(tok.encode_many(ks), tok.encode_keyed(ks, vs, linked)):
+            for k_ids, v_ids in zip(tok.encode_many(ks), tok.encode_keyed(ks, vs, linked, seen)):
                 ids += k_ids + v_ids
                 types += [KEY_TYPE] * len(k_ids) + [VALUE_TYPE] * len(v_ids)
             out[-1].append((ids, types))

@@ -36,6 +36,9 @@ class TVMKAConfig:
     # markers live in tokenizer.json. Off by default (it changes what S(k) is; measured in the
     # docstring of seqenc.links).
     value_links: bool = False
+    # a [SEEN] / [NEW] marker before every value of S(k): whether an earlier value of S(k) has the
+    # same text (seqenc.links). A tokenisation setting as value_links; off by default.
+    value_repeats: bool = False
 
     # --- encoder (shared by TVM and KA: "the same architecture") ----------------------------
     d_model: int = 256

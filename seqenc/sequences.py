@@ -29,7 +29,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seqenc.links import value_link_flags
+from seqenc.links import repeat_flags, value_link_flags
 from seqenc.tokenizer import ValueTokenizer
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,8 @@ def tokenize_value_sequences(
     max_windows: int = 64,
 ) -> TokenizedSequences:
     """Build and tokenise every S(k); the rows must be sorted by (sequence_id, key). A tokenizer
-    with value links (seqenc.links) marks every value linked / alone within its sequence."""
+    with value links (seqenc.links) marks every value linked / alone within its sequence, one
+    with value repeats every value seen before in S(k) / new."""
     seq_col = value_sequences["sequence_id"].to_list()
     key_col = value_sequences["key"].to_list()
     values_col = value_sequences["values"].to_list()
@@ -211,8 +212,9 @@ def tokenize_value_sequences(
         if not sequence_ids or sequence_ids[-1] != seq:
             sequence_ids.append(seq)
         key_seq.append(len(sequence_ids) - 1)
+        seen = repeat_flags(values) if tokenizer.value_repeats else None
         w, d = value_sequence_windows(
-            key_tokens[key], tokenizer.encode_values(key, values, linked), tokenizer.cls_id, tokenizer.val_sep_id,
+            key_tokens[key], tokenizer.encode_values(key, values, linked, seen), tokenizer.cls_id, tokenizer.val_sep_id,
             max_len, mode, max_windows,
         )
         windows.extend(w)

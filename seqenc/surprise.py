@@ -7,34 +7,43 @@ has learned what is usual there. This module reads that knowledge directly, as L
 log sequences by masked-token prediction, and adds it to the KA's score of a binary task.
 
 Per value v_i of S(k): every token of v_i is masked at once (one masked copy of the window per
-value) and the TVM (eval mode) predicts them. The statistic per key row is ``lead_max``: the
-largest negative log-likelihood of a value's *first* token -- the link marker when value links
-are on (seqenc.links), else the bin token of a numeric value (seqenc.numeric), else the value's
-first piece. With links on, a foreign node in S(src_ip) is an ``[ALONE]`` where the TVM expects
-``[LINKED]`` with near certainty: a clear, categorical surprise. Use it with value links (and
-bins); without them the first piece of an identifier is as unpredictable in normal sequences.
+value) and the TVM (eval mode) predicts them. Three statistics per value, each maxed over the
+values of a key row (``STATS``):
 
-Measured before choosing it (value_anomaly, links and 16 bins, the bench's settings): the NLL of
-a value's *other* tokens (largest or mean per key) is heavy-tailed for keys of random
-identifiers -- ``file`` paths, source ports -- so that with it in the maximum, 98-122 of 270
-normal test blocks had a standardised surprise above 5 and the combined test F1 fell to 0.54 and
-0.24 (seeds 0, 1; the KA alone 0.57 and 0.77); with the first token only it was 0.71 and 0.77.
+* ``lead``: the largest negative log-likelihood (NLL) among the value's marker tokens -- link
+  and repeat markers (seqenc.links), bin token (seqenc.numeric) -- or of its first token when
+  it has none. A foreign node in S(src_ip) is an ``[ALONE]`` where the TVM expects ``[LINKED]``
+  with near certainty: a clear, categorical surprise;
+* ``token``: the largest NLL of any of the value's tokens (a port piece ``50020`` where every
+  normal block has ``50010``);
+* ``value``: the NLL of the whole value, summed over its tokens.
 
-Measured (``seqenc bench accuracy --datasets value_anomaly --modes interleaved,interleaved+surprise
---seeds 0,1,2 --config '{"model": {"value_links": true, "numeric_bins": 16}}'``): test F1 0.709
-+- 0.009 (0.719 / 0.708 / 0.700) against the KA alone's 0.559 +- 0.170 from the same training.
-By kind over the three seeds' test blocks (a one-thread rescoring of the saved runs, within a
-block or two of the bench): foreign_node 14/15 (KA alone 1/15), odd_port 15/24 (9/24),
-oversize 18/27 (20/27), size_mismatch 16/24 (18/24), at 33 false positives among ~810 normal
-test blocks (KA alone 23). Computing it took about 35 s on value_anomaly (134k values, two
-CPU threads); it has not been measured on hdfs, where every block has many more values.
+:class:`SurpriseScorer` standardises each (key, statistic) with the mean and standard deviation
+(floored at ``MIN_SCALE``) of the *dev* split's normal sequences, and the KA's logit the same
+way. A sequence's surprise is its largest standardised statistic over its keys (keys the fit
+never saw are skipped); the combined anomaly score is ``max(z_KA, z_surprise)`` through a
+sigmoid, so an anomaly either model is sure of scores high. The decision threshold is still
+chosen on dev (training.phased).
 
-:class:`SurpriseScorer` is fitted on the train split's *normal* sequences (label 0): a centre
-and a scale per (key, statistic), and the same for the KA's logit. A sequence's surprise is its
-largest standardised statistic over its keys (keys never seen in training are skipped); the
-combined anomaly score is ``max(z_KA, z_surprise)`` through a sigmoid, so an anomaly either
-model is sure of scores high. Both parts are parameter-free given the fit, and the decision
-threshold is still chosen on dev (training.phased).
+Why dev and not train: the TVM is trained by MLM on the train sequences and memorises their
+random identifiers. Measured on value_anomaly (seed 0, links and 16 bins): the summed NLL of
+S(block) was 38.7 +- 22.0 on normal train blocks and 65.6 +- 5.4 on normal test blocks, and of
+S(file) 58.9 against 116.3. Standardised on train, an unseen block looks surprising for being
+unseen; the KA's logit is likewise more confident on the sequences it was trained on. Dev
+sequences are unseen by both, as the sequences scored later are.
+
+Why three statistics: each finds a different anomaly (value_anomaly): ``lead`` the foreign
+nodes (15/15 test blocks over three seeds), ``token`` the odd ports; ``value`` adds a little
+(a scratch rescoring of the links + bins runs: test F1 0.738 with lead and token, 0.753 with
+all three). With value links, repeats and bins, the surprise alone found foreign_node 15/15 and
+odd_port 20/24 test blocks with no false positive (docs/training.md). Standardised on train
+instead, ``token`` and ``value`` were unusable (98-122 of 270 normal test blocks above z = 5),
+which is why an earlier version kept ``lead`` alone.
+
+Measured (``seqenc bench accuracy --datasets value_anomaly --modes interleaved+surprise --seeds
+0,1,2 --config '{"model": {"value_links": true, "value_repeats": true, "numeric_bins": 16}}'``):
+test F1 0.817 +- 0.039 (0.824 / 0.776 / 0.852); the first version (``lead`` on the first token
+only, standardised on train, no repeats) reached 0.709 +- 0.009.
 
 Choices (the TVM-KA paper scores with the KA alone; this is an option,
 ``TVMKAConfig.surprise_scoring``, binary tasks only):
@@ -42,10 +51,10 @@ Choices (the TVM-KA paper scores with the KA alone; this is an option,
 * computed once, from the final TVM, in the final phase (not at every KR refresh): one forward
   pass per value costs about as much as 7 KR refreshes on value_anomaly, and the rounds' dev
   metrics stay the KA's;
-* the standardisation uses the normal train sequences' mean and standard deviation (floored
-  at ``MIN_SCALE``), as a z-score of "how unusual for this key";
 * the fitted centres and scales are JSON in the bundle's ``metadata.json`` (training.scoring),
-  so batch scoring and the pyfunc combine the scores the same way.
+  so batch scoring and the pyfunc combine the scores the same way;
+* cost: about 35 s on value_anomaly (134k values, two CPU threads); not measured on hdfs, where
+  every block has many more values.
 """
 
 from __future__ import annotations
@@ -60,48 +69,58 @@ from seqenc.inference import length_batches, pad_batch
 from seqenc.model import TemporalValueModeler
 from seqenc.sequences import TokenizedSequences
 
-STATS = ("lead_max",)
+STATS = ("lead", "token", "value")
 MIN_SCALE = 1e-3  # nats
 
 
 def _masked_copies(data: TokenizedSequences, mask_id: int, val_sep_id: int):
     """One copy of a window per value, that value's tokens masked: rows, their window, and the
-    position of the value's first token."""
-    rows, window, first = [], [], []
+    span (start, end) of the value's tokens."""
+    rows, window, spans = [], [], []
     for w, tokens in enumerate(data.windows):
         seps = [i for i, t in enumerate(tokens) if t == val_sep_id] + [len(tokens)]
         for a, b in zip(seps[:-1], seps[1:]):
             if b - a > 1:  # a value of at least one token
                 rows.append(tokens[:a + 1] + [mask_id] * (b - a - 1) + tokens[b:])
                 window.append(w)
-                first.append(a + 1)
-    return rows, np.asarray(window, dtype=np.int64), first
+                spans.append((a + 1, b))
+    return rows, np.asarray(window, dtype=np.int64), spans
 
 
 @torch.no_grad()
 def key_surprise(tvm: TemporalValueModeler, data: TokenizedSequences, mask_id: int, val_sep_id: int,
-                 pad_id: int, batch_tokens: int = 32768, progress: bool = True) -> np.ndarray:
-    """[n_key_rows, len(STATS)] float32: the statistic of the module docstring per key row
-    (zero for a key row without values)."""
+                 pad_id: int, marker_ids: frozenset[int] = frozenset(), batch_tokens: int = 32768,
+                 progress: bool = True) -> np.ndarray:
+    """[n_key_rows, len(STATS)] float32: per key row the largest, over its values, of each
+    statistic of the module docstring (zero for a key row without values). ``marker_ids``: the
+    tokens that may lead a value (seqenc.tokenizer.ValueTokenizer.marker_ids)."""
     was_training = tvm.training
     tvm.eval()
-    rows, window, first = _masked_copies(data, mask_id, val_sep_id)
-    lead_nll = np.zeros(len(rows), dtype=np.float64)
+    rows, window, spans = _masked_copies(data, mask_id, val_sep_id)
+    per_value = np.zeros((len(rows), len(STATS)), dtype=np.float64)
     lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
     for idx in tqdm(length_batches(lengths, batch_tokens), desc="value surprise", disable=not progress,
                     leave=False):
         ids, mask = pad_batch([rows[i] for i in idx], pad_id)
         hidden = tvm(ids, mask)  # [B, L, d_model]
-        pos = torch.as_tensor([first[i] for i in idx])  # each row's masked first token
-        target = torch.as_tensor([data.windows[window[i]][first[i]] for i in idx])
-        logits = tvm.mlm_logits(hidden[torch.arange(len(idx)), pos])  # [B, vocab]
-        lead_nll[idx] = -logits.float().log_softmax(-1).gather(1, target[:, None])[:, 0].numpy()
+        row = np.concatenate([np.full(spans[i][1] - spans[i][0], j) for j, i in enumerate(idx)])
+        pos = np.concatenate([np.arange(*spans[i]) for i in idx])
+        target = torch.as_tensor(np.concatenate([data.windows[window[i]][slice(*spans[i])] for i in idx]))
+        logits = tvm.mlm_logits(hidden[torch.as_tensor(row), torch.as_tensor(pos)])  # [masked tokens, vocab]
+        nll = -logits.float().log_softmax(-1).gather(1, target[:, None])[:, 0].numpy()
+        start = 0
+        for i in idx:
+            a, b = spans[i]
+            value_nll, value_tokens = nll[start:start + b - a], target[start:start + b - a].tolist()
+            start += b - a
+            n_lead = next((t for t, tok in enumerate(value_tokens) if tok not in marker_ids), b - a) or 1
+            per_value[i] = value_nll[:n_lead].max(), value_nll.max(), value_nll.sum()
     tvm.train(was_training)
 
     key_row = data.window_key[window]
-    n = len(data.keys)
-    out = np.zeros((n, len(STATS)), dtype=np.float64)
-    np.maximum.at(out[:, 0], key_row, lead_nll)
+    out = np.zeros((len(data.keys), len(STATS)), dtype=np.float64)
+    for s in range(len(STATS)):
+        np.maximum.at(out[:, s], key_row, per_value[:, s])
     return out.astype(np.float32)
 
 
@@ -123,9 +142,9 @@ class SurpriseScorer:
     @classmethod
     def fit(cls, stats: np.ndarray, data: TokenizedSequences, ka_probs: np.ndarray,
             normal: np.ndarray) -> SurpriseScorer:
-        """``normal``: indexes of the sequences to fit on (the normal train sequences)."""
+        """``normal``: indexes of the sequences to fit on (the normal dev sequences)."""
         if len(normal) < 2:
-            raise ValueError(f"surprise scoring needs at least 2 normal train sequences, got {len(normal)}")
+            raise ValueError(f"surprise scoring needs at least 2 normal sequences to fit on, got {len(normal)}")
         in_fit = np.isin(data.key_seq, normal)
         keys = np.asarray(data.keys)
         centre, scale = {}, {}

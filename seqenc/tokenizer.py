@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from seqenc.links import LINK_TOKENS
+from seqenc.links import LINK_TOKENS, REPEAT_TOKENS
 from seqenc.numeric import NumericBins
 
 PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[VAL_SEP]"
@@ -69,6 +69,9 @@ class ValueTokenizer:
         self._link_ids: tuple[int, int] | None = None
         if all(tokenizer.token_to_id(t) is not None for t in LINK_TOKENS):
             self._link_ids = tuple(tokenizer.token_to_id(t) for t in LINK_TOKENS)
+        self._repeat_ids: tuple[int, int] | None = None
+        if all(tokenizer.token_to_id(t) is not None for t in REPEAT_TOKENS):
+            self._repeat_ids = tuple(tokenizer.token_to_id(t) for t in REPEAT_TOKENS)
 
     def with_numeric_bins(self, bins: NumericBins | None) -> ValueTokenizer:
         """Use ``bins`` in :meth:`encode_values`; their tokens join the vocabulary (at its end,
@@ -90,6 +93,23 @@ class ValueTokenizer:
     def value_links(self) -> bool:
         """Whether this tokenizer marks values as linked / alone (seqenc.links)."""
         return self._link_ids is not None
+
+    def with_value_repeats(self) -> ValueTokenizer:
+        """Add the repeat markers ``[SEEN]`` / ``[NEW]`` (seqenc.links) as :meth:`with_value_links`
+        adds the link markers; :attr:`value_repeats` is then True. Returns self."""
+        self.tokenizer.add_special_tokens(list(REPEAT_TOKENS))
+        self._repeat_ids = tuple(self.tokenizer.token_to_id(t) for t in REPEAT_TOKENS)
+        return self
+
+    @property
+    def value_repeats(self) -> bool:
+        """Whether this tokenizer marks values as seen before in S(k) / new (seqenc.links)."""
+        return self._repeat_ids is not None
+
+    @property
+    def marker_ids(self) -> frozenset[int]:
+        """The ids of the tokens that may lead a value: bin tokens, link and repeat markers."""
+        return frozenset(self._bin_ids) | frozenset(self._link_ids or ()) | frozenset(self._repeat_ids or ())
 
     @property
     def vocab_size(self) -> int:
@@ -150,26 +170,35 @@ class ValueTokenizer:
                 self._cache[text] = enc.ids
         return [self._cache[t] for t in texts]
 
-    def encode_values(self, key: str, values: list[str], linked: list[bool] | None = None) -> list[list[int]]:
-        """Token ids of each value of ``key`` (bin and link tokens as in :meth:`encode_keyed`)."""
-        return self.encode_keyed([key] * len(values), values, linked)
+    def encode_values(self, key: str, values: list[str], linked: list[bool] | None = None,
+                      seen: list[bool] | None = None) -> list[list[int]]:
+        """Token ids of each value of ``key`` (bin, repeat and link tokens as in :meth:`encode_keyed`)."""
+        return self.encode_keyed([key] * len(values), values, linked, seen)
 
-    def encode_keyed(self, keys: list[str], values: list[str], linked: list[bool] | None = None) -> list[list[int]]:
+    def encode_keyed(self, keys: list[str], values: list[str], linked: list[bool] | None = None,
+                     seen: list[bool] | None = None) -> list[list[int]]:
         """Token ids of each value, ``values[i]`` being a value of ``keys[i]``: a numeric value
-        led by its bin token; with ``linked`` (one flag per value, seqenc.links) every value led
-        by ``[LINKED]`` or ``[ALONE]`` first."""
+        led by its bin token; with ``seen`` (one flag per value, seqenc.links) every value led by
+        ``[SEEN]`` or ``[NEW]`` before that; with ``linked`` by ``[LINKED]`` or ``[ALONE]`` first."""
         ids = self.encode_many(values)
         if self.numeric is not None:
             bins = map(self.numeric.bin_of, keys, values)
             ids = [v if b is None else [self._bin_ids[b], *v] for v, b in zip(ids, bins)]
-        if linked is None:
+        ids = self._lead(ids, seen, self._repeat_ids, "repeat", "with_value_repeats")
+        return self._lead(ids, linked, self._link_ids, "link", "with_value_links")
+
+    @staticmethod
+    def _lead(ids: list[list[int]], flags: list[bool] | None, markers: tuple[int, int] | None, what: str,
+              method: str) -> list[list[int]]:
+        """Each value's ids led by ``markers[0]`` where its flag is true, else ``markers[1]``."""
+        if flags is None:
             return ids
-        if self._link_ids is None:
-            raise ValueError("link flags given, but this tokenizer has no value-link tokens (with_value_links)")
-        if len(linked) != len(values):
-            raise ValueError(f"{len(linked)} link flags for {len(values)} values")
-        on, off = self._link_ids
-        return [[on if flag else off, *v] for v, flag in zip(ids, linked)]
+        if markers is None:
+            raise ValueError(f"{what} flags given, but this tokenizer has no value-{what} tokens ({method})")
+        if len(flags) != len(ids):
+            raise ValueError(f"{len(flags)} {what} flags for {len(ids)} values")
+        on, off = markers
+        return [[on if flag else off, *v] for v, flag in zip(ids, flags)]
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)

@@ -40,19 +40,40 @@ def _nll(tvm, window, start, end):
     return -logp[torch.arange(end - start), torch.tensor(window[start:end])].numpy()
 
 
+def _stats(*value_nlls, n_lead=1):
+    """The expected (lead, token, value) of one key row from its values' per-token NLLs."""
+    return [max(v[:n_lead].max() for v in value_nlls), max(v.max() for v in value_nlls),
+            max(v.sum() for v in value_nlls)]
+
+
 def test_key_surprise_masks_each_value_whole_and_aggregates_per_key():
     tvm, data = _tvm(), _data()
+    assert STATS == ("lead", "token", "value")
     stats = key_surprise(tvm, data, MASK, SEP, PAD, progress=False)
     assert stats.shape == (3, len(STATS))
     w0 = data.windows[0]
     v1, v2 = _nll(tvm, w0, 3, 5), _nll(tvm, w0, 6, 7)  # [11 12] and [13] of sequence 0, key a
     # the first token's NLL with the *whole* value masked (not the first token alone)
     assert _nll(tvm, w0, 3, 4)[0] != pytest.approx(v1[0])
-    np.testing.assert_allclose(stats[0], [max(v1[0], v2[0])], rtol=1e-5)
-    np.testing.assert_allclose(stats[1], _nll(tvm, data.windows[1], 3, 4), rtol=1e-5)
+    np.testing.assert_allclose(stats[0], _stats(v1, v2), rtol=1e-5)
+    np.testing.assert_allclose(stats[1], _stats(_nll(tvm, data.windows[1], 3, 4)), rtol=1e-5)
     # key a of sequence 1 spans two windows: its three values are aggregated together
     vals = [_nll(tvm, data.windows[2], 3, 5), _nll(tvm, data.windows[3], 3, 4), _nll(tvm, data.windows[3], 5, 6)]
-    np.testing.assert_allclose(stats[2], [max(v[0] for v in vals)], rtol=1e-5)
+    np.testing.assert_allclose(stats[2], _stats(*vals), rtol=1e-5)
+
+
+def test_lead_statistic_reads_a_values_markers():
+    """With marker tokens (link / repeat markers, bin tokens) leading a value, ``lead`` is the
+    largest NLL among them, not the NLL of the value's first piece."""
+    tvm, data = _tvm(), _data()
+    markers = frozenset({11})  # 11 leads the value [11 12] of key a in both sequences
+    stats = key_surprise(tvm, data, MASK, SEP, PAD, marker_ids=markers, progress=False)
+    plain = key_surprise(tvm, data, MASK, SEP, PAD, progress=False)
+    np.testing.assert_array_equal(stats[:, 1:], plain[:, 1:])  # token and value do not change
+    markers = frozenset({11, 12})  # a value of markers only: all of them are its lead
+    v1, v2 = _nll(tvm, data.windows[0], 3, 5), _nll(tvm, data.windows[0], 6, 7)
+    stats = key_surprise(tvm, data, MASK, SEP, PAD, marker_ids=markers, progress=False)
+    assert stats[0, 0] == pytest.approx(max(v1.max(), v2[0]), rel=1e-5)
 
 
 def test_scorer_standardises_per_key_and_takes_the_larger_score():
@@ -60,13 +81,13 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     data = TokenizedSequences([f"s{i}" for i in range(7)], keys, np.repeat(np.arange(7), 2), [], np.zeros(0))
     rng = np.random.default_rng(0)
     stats = rng.normal(1.0, 0.1, size=(14, len(STATS)))
-    stats[12] = 9.0  # sequence 6: key a's lead token is very surprising
+    stats[12] = 9.0  # sequence 6: key a is very surprising
     stats[13] = 100.0  # key c was never seen in training: ignored
     probs = np.full((7, 2), 0.5)
     scorer = SurpriseScorer.fit(stats, data, probs + rng.normal(0, 0.01, size=(7, 1)) * [[-1, 1]], np.arange(6))
     surprise = scorer.sequence_surprise(stats, data)
-    a_lead = np.array([stats[r, 0] for r in range(0, 12, 2)])
-    assert surprise[6] == pytest.approx((9.0 - a_lead.mean()) / a_lead.std())
+    a_fit = stats[0:12:2]  # [6, len(STATS)]: key a in the fitting sequences
+    assert surprise[6] == pytest.approx(((9.0 - a_fit.mean(0)) / a_fit.std(0)).max())
     assert surprise[6] > 30 and surprise[:6].max() < 4
     combined = scorer.combine(probs, stats, data)
     assert combined.shape == (7, 2) and np.allclose(combined.sum(1), 1)

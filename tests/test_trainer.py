@@ -96,6 +96,34 @@ def test_mask_tokens_follows_bert_recipe():
     assert torch.equal(masked[~picked], ids[~picked])
 
 
+def test_mask_values_picks_whole_values():
+    """unit="value": a value's tokens are picked together and treated alike, the key never."""
+    tok = ValueTokenizer.train([f"w{i}" for i in range(300)], vocab_size=400, min_frequency=1)
+    n_rows, key_len, n_values, value_len = 400, 3, 8, 4
+    ids = torch.randint(len(tok.special_ids), tok.vocab_size, (n_rows, 1 + key_len + n_values * (1 + value_len)))
+    ids[:, 0] = tok.cls_id
+    seps = [1 + key_len + i * (1 + value_len) for i in range(n_values)]
+    ids[:, seps] = tok.val_sep_id
+    masked, labels = mask_tokens(ids, tok, torch.Generator().manual_seed(0), unit="value")
+    picked = labels != -100
+    assert not picked[:, :1 + key_len].any() and not picked[:, seps].any()
+    spans = torch.stack([picked[:, s + 1:s + 1 + value_len] for s in seps], 1)  # [rows, values, tokens]
+    assert torch.equal(spans.all(-1), spans.any(-1))  # all of a value's tokens or none
+    value_picked = spans[..., 0]
+    assert abs(value_picked.float().mean().item() - 0.15) < 0.02
+    outcome = torch.stack([masked[:, s + 1:s + 1 + value_len] for s in seps], 1)[value_picked]  # [picked, tokens]
+    original = torch.stack([ids[:, s + 1:s + 1 + value_len] for s in seps], 1)[value_picked]
+    all_masked = (outcome == tok.mask_id).all(-1)
+    all_kept = (outcome == original).all(-1)
+    assert abs(all_masked.float().mean().item() - 0.8) < 0.05 and abs(all_kept.float().mean().item() - 0.1) < 0.04
+    assert not ((outcome == tok.mask_id).any(-1) & ~all_masked).any()  # never a half-masked value
+    assert torch.equal(masked[~picked], ids[~picked])
+    with pytest.raises(ValueError, match="mask unit"):
+        mask_tokens(ids, tok, torch.Generator(), unit="word")
+    with pytest.raises(ValueError, match="mlm_mask_unit"):
+        TrainConfig(mlm_mask_unit="span")
+
+
 def test_splits_and_class_weights():
     y = np.array([0] * 80 + [1] * 20)
     s1, s2 = split_indices(y, 3), split_indices(y, 3)

@@ -6,6 +6,7 @@ Choices:
   ever seen by any part of the model during training.
 * Masking follows BERT: 15% of the non-special tokens are picked; of those 80% become [MASK],
   10% a random non-special token, 10% stay; the loss is computed on the picked positions.
+  ``TrainConfig.mlm_mask_unit="value"`` picks whole values instead (:func:`mask_tokens`).
 """
 
 from __future__ import annotations
@@ -64,13 +65,33 @@ def fixed_split(sequence_ids: list[str], dev: float = 0.2, test: float = 0.2,
     return out
 
 
+MASK_UNITS = ("token", "value")
+
+
 def mask_tokens(ids: torch.Tensor, tok: ValueTokenizer, generator: torch.Generator,
-                prob: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT masking of a padded batch: -> (masked input_ids, labels with -100 where not picked)."""
+                prob: float = 0.15, unit: str = "token") -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT masking of a padded batch: -> (masked input_ids, labels with -100 where not picked).
+
+    ``unit="token"`` picks each non-special token with ``prob`` (BERT, the paper). ``unit="value"``
+    picks each *value* of S(k) with ``prob`` -- every token after a [VAL_SEP] up to the next one,
+    so a link marker or bin token goes with its value -- and treats its tokens as one: all
+    [MASK] (80%), all random (10%) or all kept (10%), as whole-word masking does for words.
+    The key's tokens before the first [VAL_SEP] are never picked then. Why: with token masking
+    the other pieces of a value nearly give a masked piece away, so the TVM never has to read
+    the key's *other* values; a whole masked value can only be predicted from them (measured on
+    value_anomaly, docs/training.md)."""
+    if unit not in MASK_UNITS:
+        raise ValueError(f"mask unit {unit!r} is not one of {MASK_UNITS}")
     special = torch.isin(ids, torch.tensor(sorted(tok.special_ids)))
-    picked = (torch.rand(ids.shape, generator=generator) < prob) & ~special
+    if unit == "token":
+        picked = (torch.rand(ids.shape, generator=generator) < prob) & ~special
+        roll = torch.rand(ids.shape, generator=generator)
+    else:
+        value = torch.cumsum(ids == tok.val_sep_id, dim=1)  # [B, L]: 0 on the key, i on the i-th value
+        per_value = torch.rand(ids.shape, generator=generator)  # [B, L]: column i is value i's draw
+        picked = (per_value.gather(1, value) < prob) & ~special & (value > 0)
+        roll = torch.rand(ids.shape, generator=generator).gather(1, value)  # one roll per value
     labels = torch.where(picked, ids, torch.full_like(ids, -100))
-    roll = torch.rand(ids.shape, generator=generator)
     masked = ids.clone()
     masked[picked & (roll < 0.8)] = tok.mask_id
     random_pos = picked & (roll >= 0.8) & (roll < 0.9)
@@ -99,7 +120,10 @@ class MLMBatches:
     RVD_MIN_VALUES = 2
 
     def __init__(self, windows: list[list[int]], tok: ValueTokenizer, batch_tokens: int, seed: int,
-                 window_keys: list[str] | None = None, replace_prob: float = 0.0, max_len: int | None = None):
+                 window_keys: list[str] | None = None, replace_prob: float = 0.0, max_len: int | None = None,
+                 mask_unit: str = "token"):
+        if mask_unit not in MASK_UNITS:
+            raise ValueError(f"mask unit {mask_unit!r} is not one of {MASK_UNITS}")
         if not windows:
             raise ValueError("no windows to train the TVM on")
         if replace_prob and window_keys is None:
@@ -110,7 +134,7 @@ class MLMBatches:
         self.rng = np.random.default_rng(seed)
         self.generator = torch.Generator().manual_seed(seed)
         self._order: list[int] = []
-        self.replace_prob, self.window_keys = replace_prob, window_keys
+        self.replace_prob, self.window_keys, self.mask_unit = replace_prob, window_keys, mask_unit
         self.max_len = max_len or int(lengths.max())
         self.pool: dict[str, list[tuple[int, ...]]] = {}
         if replace_prob:
@@ -136,7 +160,7 @@ class MLMBatches:
                     replaced[b, 0] = True
                     replaced[b, start:end] = True
         ids, attention_mask = pad_batch(rows, self.tok.pad_id)
-        masked, labels = mask_tokens(ids, self.tok, self.generator)
+        masked, labels = mask_tokens(ids, self.tok, self.generator, unit=self.mask_unit)
         return (masked, attention_mask, labels) if replaced is None else (masked, attention_mask, labels, replaced)
 
     def _values(self, window: list[int]) -> list[tuple[int, tuple[int, ...]]]:

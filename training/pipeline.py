@@ -174,6 +174,8 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
         log.info("numeric bins for %d key(s): %s", len(tok.numeric.edges), sorted(tok.numeric.edges))
     if model_cfg.get("value_links", defaults.value_links):
         tok.with_value_links()
+    if model_cfg.get("value_repeats", defaults.value_repeats):
+        tok.with_value_repeats()
     data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
                                     model_cfg.get("long_sequences", defaults.long_sequences),
                                     model_cfg.get("max_windows", defaults.max_windows))
@@ -292,6 +294,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     torch.manual_seed(seed)
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
+            "value_repeats": tok.value_repeats,
             "surprise_scoring": bool((model_overrides or {}).get("surprise_scoring", False)),
             **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,

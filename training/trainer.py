@@ -45,7 +45,7 @@ from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
-from training.data import MLMBatches, class_weights
+from training.data import MASK_UNITS, MLMBatches, class_weights
 from training.engines import make_engine, shard
 from training.phased import PhasedTrainer
 
@@ -80,10 +80,13 @@ class TrainConfig:
     task_steps: int = 0  # end-to-end modes: updates in all (0: as many as the interleaved run makes)
     lr_task: float = 1e-4  # end-to-end modes
     batch_size: int = 16  # end-to-end modes: sequences per update
+    mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.data)
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
+        if self.mlm_mask_unit not in MASK_UNITS:
+            raise ValueError(f"mlm_mask_unit {self.mlm_mask_unit!r} is not one of {MASK_UNITS}")
 
     @property
     def ka_steps_per_round(self) -> int:
@@ -129,7 +132,7 @@ class InterleavedTrainer(PhasedTrainer):
         if model.config.replaced_value_detection:
             rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
                    "max_len": model.config.max_positions}
-        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed, **rvd)
+        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed, mask_unit=cfg.mlm_mask_unit, **rvd)
         super().__init__(model, y, splits, cfg, workdir, model.config.task,
                          phase_plan(cfg, mlm.batches_per_epoch), **kwargs)
         self.tok, self.data, self.mlm = tok, data, mlm
@@ -208,12 +211,13 @@ class InterleavedTrainer(PhasedTrainer):
 
     def fit_surprise(self) -> None:
         """Surprise statistics of every key row from the final TVM, standardised on the normal
-        train sequences (seqenc.surprise); from here on :meth:`probabilities` combines."""
+        *dev* sequences (seqenc.surprise: the TVM and KA have fitted the train sequences); from
+        here on :meth:`probabilities` combines."""
         self.surprise_stats = key_surprise(self.model.tvm, self.data, self.tok.mask_id, self.tok.val_sep_id,
-                                           self.tok.pad_id, progress=self.progress)
-        train = self.splits["train"]
+                                           self.tok.pad_id, self.tok.marker_ids, progress=self.progress)
+        dev = self.splits["dev"]
         ka_probs = ka_probabilities(self.model.ka, self.kr, self.data)
-        self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, ka_probs, train[self.y[train] == 0])
+        self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, ka_probs, dev[self.y[dev] == 0])
 
     def probabilities(self) -> np.ndarray:
         probs = ka_probabilities(self.model.ka, self.kr, self.data)
