@@ -66,12 +66,17 @@ class ValueTokenizer:
         self._cache: dict[str, list[int]] = {}
         self.numeric: NumericBins | None = None
         self._bin_ids: list[int] = []
-        self._link_ids: tuple[int, int] | None = None
-        if all(tokenizer.token_to_id(t) is not None for t in LINK_TOKENS):
-            self._link_ids = tuple(tokenizer.token_to_id(t) for t in LINK_TOKENS)
-        self._repeat_ids: tuple[int, int] | None = None
-        if all(tokenizer.token_to_id(t) is not None for t in REPEAT_TOKENS):
-            self._repeat_ids = tuple(tokenizer.token_to_id(t) for t in REPEAT_TOKENS)
+        # marker pairs (seqenc.links): present in a saved vocabulary -> marking is on
+        self._link_ids = self._marker_pair(LINK_TOKENS)
+        self._repeat_ids = self._marker_pair(REPEAT_TOKENS)
+
+    def _marker_pair(self, tokens: tuple[str, str], add: bool = False) -> tuple[int, int] | None:
+        """The ids of a marker pair, added to the vocabulary first with ``add``; None if absent.
+        Added unsplittable, but not in ``special_ids``: MLM masks and predicts them."""
+        if add:
+            self.tokenizer.add_special_tokens(list(tokens))
+        ids = tuple(self.tokenizer.token_to_id(t) for t in tokens)
+        return None if None in ids else ids
 
     def with_numeric_bins(self, bins: NumericBins | None) -> ValueTokenizer:
         """Use ``bins`` in :meth:`encode_values`; their tokens join the vocabulary (at its end,
@@ -85,8 +90,7 @@ class ValueTokenizer:
     def with_value_links(self) -> ValueTokenizer:
         """Add the value-link markers (seqenc.links) to the vocabulary, unsplittable and
         maskable like the bin tokens; :attr:`value_links` is then True. Returns self."""
-        self.tokenizer.add_special_tokens(list(LINK_TOKENS))
-        self._link_ids = tuple(self.tokenizer.token_to_id(t) for t in LINK_TOKENS)
+        self._link_ids = self._marker_pair(LINK_TOKENS, add=True)
         return self
 
     @property
@@ -97,8 +101,7 @@ class ValueTokenizer:
     def with_value_repeats(self) -> ValueTokenizer:
         """Add the repeat markers ``[SEEN]`` / ``[NEW]`` (seqenc.links) as :meth:`with_value_links`
         adds the link markers; :attr:`value_repeats` is then True. Returns self."""
-        self.tokenizer.add_special_tokens(list(REPEAT_TOKENS))
-        self._repeat_ids = tuple(self.tokenizer.token_to_id(t) for t in REPEAT_TOKENS)
+        self._repeat_ids = self._marker_pair(REPEAT_TOKENS, add=True)
         return self
 
     @property
