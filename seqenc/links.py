@@ -43,7 +43,7 @@ only value_anomaly has been measured with it.
 Value repeats (``TVMKAConfig.value_repeats``) are the same idea within one key: ``[SEEN]`` before
 a value equal to an earlier value of S(k), ``[NEW]`` before the others::
 
-    S(size) = [CLS] size [VAL_SEP] [NEW] 41 ##18 ... [VAL_SEP] [SEEN] 41 ##18 ... [VAL_SEP] [NEW] 67 ...
+    S(size) = [CLS] size [VAL_SEP] [NEW] 411 841 61 [VAL_SEP] [SEEN] 411 841 61 [VAL_SEP] [NEW] 671 088 64
 
 The three replicas of an HDFS block report one size, so S(size) normally holds one ``[NEW]``;
 a replica reporting another size adds a second one. Comparing two many-piece numbers is what
