@@ -33,10 +33,10 @@ unseen; the KA's logit is likewise more confident on the sequences it was traine
 sequences are unseen by both, as the sequences scored later are.
 
 Why three statistics: each finds a different anomaly (value_anomaly): ``lead`` the foreign
-nodes (15/15 test blocks over three seeds), ``token`` the odd ports; ``value`` adds a little
-(a scratch rescoring of the links + bins runs: test F1 0.738 with lead and token, 0.753 with
-all three). With value links, repeats and bins, the surprise alone found foreign_node 15/15 and
-odd_port 20/24 test blocks with no false positive (docs/training.md). Standardised on train
+nodes, ``token`` the odd ports; ``value`` adds a little (a scratch rescoring of the links + bins
+runs: test F1 0.738 with lead and token, 0.753 with all three). With value links, repeats and
+bins, the surprise alone found foreign_node 14/15 and odd_port 20/24 test blocks over three
+seeds with no false positive, and no oversize or size_mismatch block (docs/training.md). Standardised on train
 instead, ``token`` and ``value`` were unusable (98-122 of 270 normal test blocks above z = 5),
 which is why an earlier version kept ``lead`` alone.
 
