@@ -35,6 +35,13 @@ from seqenc.tokenizer import ValueTokenizer
 log = logging.getLogger(__name__)
 
 
+def value_spans(window: list[int], val_sep_id: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of every value of a window: the tokens after each [VAL_SEP] up to the
+    next one (``start == end`` for an empty value)."""
+    seps = [i for i, t in enumerate(window) if t == val_sep_id] + [len(window)]
+    return [(a + 1, b) for a, b in zip(seps, seps[1:])]
+
+
 def value_sequence_windows(
     key_ids: list[int],
     values_ids: list[list[int]],

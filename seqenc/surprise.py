@@ -67,7 +67,7 @@ from tqdm.auto import tqdm
 
 from seqenc.inference import length_batches, pad_batch
 from seqenc.model import TemporalValueModeler
-from seqenc.sequences import TokenizedSequences
+from seqenc.sequences import TokenizedSequences, value_spans
 
 STATS = ("lead", "token", "value")
 MIN_SCALE = 1e-3  # nats
@@ -78,12 +78,11 @@ def _masked_copies(data: TokenizedSequences, mask_id: int, val_sep_id: int):
     span (start, end) of the value's tokens."""
     rows, window, spans = [], [], []
     for w, tokens in enumerate(data.windows):
-        seps = [i for i, t in enumerate(tokens) if t == val_sep_id] + [len(tokens)]
-        for a, b in zip(seps[:-1], seps[1:]):
-            if b - a > 1:  # a value of at least one token
-                rows.append(tokens[:a + 1] + [mask_id] * (b - a - 1) + tokens[b:])
+        for a, b in value_spans(tokens, val_sep_id):
+            if b > a:  # a value of at least one token
+                rows.append(tokens[:a] + [mask_id] * (b - a) + tokens[b:])
                 window.append(w)
-                spans.append((a + 1, b))
+                spans.append((a, b))
     return rows, np.asarray(window, dtype=np.int64), spans
 
 

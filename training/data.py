@@ -19,6 +19,7 @@ import torch
 from sklearn.model_selection import train_test_split
 
 from seqenc.inference import length_batches, pad_batch
+from seqenc.sequences import value_spans
 from seqenc.tokenizer import ValueTokenizer
 
 
@@ -166,9 +167,8 @@ class MLMBatches:
         return (masked, attention_mask, labels) if replaced is None else (masked, attention_mask, labels, replaced)
 
     def _values(self, window: list[int]) -> list[tuple[int, tuple[int, ...]]]:
-        """(start, token ids) of every value of a window: the spans after each [VAL_SEP]."""
-        seps = [i for i, t in enumerate(window) if t == self.tok.val_sep_id] + [len(window)]
-        return [(a + 1, tuple(window[a + 1:b])) for a, b in zip(seps, seps[1:])]
+        """(start, token ids) of every value of a window (seqenc.sequences.value_spans)."""
+        return [(a, tuple(window[a:b])) for a, b in value_spans(window, self.tok.val_sep_id)]
 
     def _swap(self, window: list[int], key: str) -> tuple[list[int], int, int] | None:
         """(the window with one value replaced, start, end of the new value's tokens), or None:

@@ -292,14 +292,15 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
               for name in ("train", "dev", "test")}
 
     torch.manual_seed(seed)
+    surprise = bool((model_overrides or {}).get("surprise_scoring", False))
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
             "value_repeats": tok.value_repeats,
-            "surprise_scoring": bool((model_overrides or {}).get("surprise_scoring", False)),
+            "surprise_scoring": surprise,
             **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
-    if mode in END_TO_END and (model_overrides or {}).get("surprise_scoring"):
+    if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
     if pretrained and mode in ("joint", "record_view"):
         raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave or flattened")
