@@ -86,9 +86,17 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     probs = np.full((7, 2), 0.5)
     scorer = SurpriseScorer.fit(stats, data, probs + rng.normal(0, 0.01, size=(7, 1)) * [[-1, 1]], np.arange(6))
     surprise = scorer.sequence_surprise(stats, data)
-    a_fit = stats[0:12:2]  # [6, len(STATS)]: key a in the fitting sequences
-    assert surprise[6] == pytest.approx(((9.0 - a_fit.mean(0)) / a_fit.std(0)).max())
+    # by hand: z per (key, statistic) on the fitting sequences, the larger key per statistic,
+    # that maximum standardised again on the fitting sequences, the largest statistic
+    a_fit, b_fit = stats[0:12:2], stats[1:12:2]  # [6, len(STATS)]: keys a and b in the fitting sequences
+    key_max = np.maximum((a_fit - a_fit.mean(0)) / a_fit.std(0), (b_fit - b_fit.mean(0)) / b_fit.std(0))
+    z_a6 = (9.0 - a_fit.mean(0)) / a_fit.std(0)
+    assert surprise[6] == pytest.approx(((z_a6 - key_max.mean(0)) / key_max.std(0)).max())
     assert surprise[6] > 30 and surprise[:6].max() < 4
+    # on the fitting sequences each statistic's maximum is standardised: mean 0, std 1
+    per_stat = (scorer._key_maxima(stats, data)[:6] - scorer.seq_centre) / scorer.seq_scale
+    np.testing.assert_allclose(per_stat.mean(0), 0, atol=1e-9)
+    np.testing.assert_allclose(per_stat.std(0), 1, rtol=1e-9)
     combined = scorer.combine(probs, stats, data)
     assert combined.shape == (7, 2) and np.allclose(combined.sum(1), 1)
     assert combined[6, 1] > 0.999 and combined[:6, 1].max() < combined[6, 1]
@@ -97,6 +105,9 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     assert scorer.combine(sure, stats, data)[0, 1] > 0.999
     again = SurpriseScorer.from_dict(json.loads(json.dumps(scorer.to_dict())))
     np.testing.assert_array_equal(again.combine(probs, stats, data), combined)
+    old = {k: v for k, v in scorer.to_dict().items() if not k.startswith("seq_")}  # an older bundle's scorer
+    with pytest.raises(ValueError, match="seq_centre"):
+        SurpriseScorer.from_dict(old)
     with pytest.raises(ValueError, match="at least 2 normal"):
         SurpriseScorer.fit(stats, data, probs, np.arange(1))
 
