@@ -410,8 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="datasets (next_item too, on request: recall@k on generated purchase histories)")
     ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
                     help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
-                         "surprise too, and interleaved+rvd: with replaced-value "
-                         "detection); count_lr always runs")
+                         "surprise too; with interleaved as well, one training gives both rows; and "
+                         "interleaved+rvd: with replaced-value detection); count_lr always runs")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
                     help="dataset size limit (hdfs: lines per file, default all; others: see training.benchdata)")

@@ -69,3 +69,20 @@ def test_bench_accuracy_over_seeds_reports_mean_std_and_each_seed(tmp_path):
     assert " ± " in accuracy_table(both)
     paths = write_accuracy_outputs(both, described, tmp_path / "out.json")
     assert json.loads(paths[0].read_text())["milestone"]["interleaved"]["per_seed"]["0"]["macro_f1"] is not None
+
+
+def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path):
+    """``--modes interleaved,interleaved+surprise`` trains once: the plain row is the one a
+    separate ``interleaved`` training gives (same seed), and only one run folder is made."""
+    from training.bench_accuracy import bench_accuracy
+
+    data = require()
+    args = {"datasets": ["hdfs"], "size": "tiny", "limits": {"hdfs": 40}, "progress": False,
+            "config": {"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}}
+    both, _ = bench_accuracy(data, tmp_path / "both", modes=["interleaved", "interleaved+surprise"], **args)
+    plain, _ = bench_accuracy(data, tmp_path / "plain", modes=["interleaved"], **args)
+    assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr"]
+    assert {k: v for k, v in both["hdfs"]["interleaved"].items() if k != "seconds"} == \
+        {k: v for k, v in plain["hdfs"]["interleaved"].items() if k != "seconds"}
+    assert both["hdfs"]["interleaved"]["seconds"] == both["hdfs"]["interleaved+surprise"]["seconds"]
+    assert sorted(p.name for p in (tmp_path / "both" / "runs" / "hdfs").iterdir()) == ["interleaved+surprise"]

@@ -13,6 +13,8 @@ logistic regression on event-count vectors (``count_lr``). OUT: ``{DATASET: {MOD
 every F1 null and add ``recall_at_1``, ``recall_at_5``, ``recall_at_10``, ``mrr``), plus a Markdown table
 and a bar plot beside it, and ``OUT.datasets.json`` with how each dataset was built and split.
 With ``--seeds 0,1,2`` every row is the mean over the seeds, plus ``std`` and ``per_seed``.
+Asking for a mode and its ``+surprise`` variant (``--modes interleaved,interleaved+surprise``)
+trains once and scores that training both ways (:func:`_train_mode`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,11 @@ DEFAULT_LIMITS: dict[str, int] = {}
 
 
 def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
-                progress: bool) -> dict:
+                progress: bool, also_plain: bool = False) -> dict[str, dict]:
+    """``{mode: row}``; with ``also_plain`` (a ``+surprise`` mode whose plain mode is asked for
+    too) also ``{base: row}`` from the same training scored by the KA alone. The surprise only
+    adds a final scoring step, so that row is what training the plain mode gives (same seed,
+    tests/test_bench_accuracy.py), at half the cost; both rows carry the shared seconds."""
     outputs = {"n_items": len(ds.class_names)} if ds.task == "next_item" else \
         {"n_classes": len(ds.class_names), "class_names": list(ds.class_names)}
     base, variant = _variant(mode)
@@ -77,7 +83,12 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
     else:
         trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, workdir / mode, progress=progress)
     test = trainer.fit()["test"]
-    return _row(test, ds.task) | {"seconds": round(time.time() - t0, 1)}
+    seconds = {"seconds": round(time.time() - t0, 1)}
+    rows = {mode: _row(test, ds.task) | seconds}
+    if also_plain:
+        trainer.surprise = None  # probabilities() is the KA's again
+        rows[base] = _row(trainer.evaluate()["test"], ds.task) | seconds
+    return rows
 
 
 def _variant(mode: str) -> tuple[str, str]:
@@ -104,11 +115,16 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
     y = np.array([ds.class_names.index(label_of[s]) for s in data.sequence_ids])
     splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
               for name in ("train", "dev", "test")}
-    out = {}
+    rows = {}
     for mode in modes:
+        base, variant = _variant(mode)
+        if variant == "" and f"{mode}+surprise" in modes:
+            continue  # scored from the +surprise mode's training
         log.info("%s: training %s", ds.name, mode)
-        out[mode] = _train_mode(mode, ds, tok, data, y, splits, sizes, seed, workdir, progress)
-        log.info("%s %s: %s", ds.name, mode, out[mode])
+        rows |= _train_mode(mode, ds, tok, data, y, splits, sizes, seed, workdir, progress,
+                            also_plain=variant == "surprise" and base in modes)
+        log.info("%s %s: %s", ds.name, mode, rows[mode])
+    out = {mode: rows[mode] for mode in modes}
     t0 = time.time()
     counts = count_baseline(ds, seed)
     out["count_lr"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
