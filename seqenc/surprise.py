@@ -57,6 +57,9 @@ test F1 0.835 +- 0.053 (0.877 / 0.776 / 0.852), 0.817 +- 0.039 before the second
 standardisation; the first version (``lead`` on the first token
 only, standardised on train, no repeats) reached 0.709 +- 0.009.
 
+On real logs it did not help: bgl (BGL_2k windows, default model, seeds 0-2, one training scored
+both ways) 0.885 +- 0.052 with the KA alone, 0.846 +- 0.116 with the surprise (docs/training.md).
+
 Choices (the TVM-KA paper scores with the KA alone; this is an option,
 ``TVMKAConfig.surprise_scoring``, binary tasks only):
 
