@@ -143,6 +143,19 @@ def _logit(probs: np.ndarray) -> np.ndarray:
     return np.log(p) - np.log1p(-p)
 
 
+def key_maxima(stats: np.ndarray, data: TokenizedSequences, centre: dict[str, list[float]],
+               scale: dict[str, list[float]]) -> np.ndarray:
+    """[n_sequences, len(STATS)]: per statistic, the largest per-key z-score ``(stat - centre) /
+    scale`` over each sequence's keys in ``centre`` (-inf for a sequence with none)."""
+    z = np.full((len(data.keys), len(STATS)), -np.inf)
+    for r, key in enumerate(data.keys):
+        if key in centre:
+            z[r] = (stats[r] - np.asarray(centre[key])) / np.asarray(scale[key])
+    out = np.full((data.n_sequences, len(STATS)), -np.inf)
+    np.maximum.at(out, data.key_seq, z)
+    return out
+
+
 @dataclass
 class SurpriseScorer:
     """Standardisation of the surprise statistics per key and of the KA's logit (module
@@ -169,29 +182,15 @@ class SurpriseScorer:
             centre[key] = x.mean(0).tolist()
             scale[key] = np.maximum(x.std(0), MIN_SCALE).tolist() if len(x) > 1 else [1.0] * len(STATS)
         logit = _logit(ka_probs[normal])
-        scorer = cls(centre, scale, float(logit.mean()), float(max(logit.std(), MIN_SCALE)), [0.0] * len(STATS),
-                     [1.0] * len(STATS))
-        per_stat = scorer._key_maxima(stats, data)[normal]  # [n_fit, len(STATS)]
-        scorer.seq_centre = per_stat.mean(0).tolist()
-        scorer.seq_scale = np.maximum(per_stat.std(0), MIN_SCALE).tolist()
-        return scorer
-
-    def _key_maxima(self, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
-        """[n_sequences, len(STATS)]: per statistic, the largest per-key z-score over each
-        sequence's known keys (-inf for a sequence with none)."""
-        z = np.full((len(data.keys), len(STATS)), -np.inf)
-        for r, key in enumerate(data.keys):
-            if key in self.centre:
-                z[r] = (stats[r] - np.asarray(self.centre[key])) / np.asarray(self.scale[key])
-        out = np.full((data.n_sequences, len(STATS)), -np.inf)
-        np.maximum.at(out, data.key_seq, z)
-        return out
+        per_stat = key_maxima(stats, data, centre, scale)[normal]  # [n_fit, len(STATS)]
+        return cls(centre, scale, float(logit.mean()), float(max(logit.std(), MIN_SCALE)),
+                   per_stat.mean(0).tolist(), np.maximum(per_stat.std(0), MIN_SCALE).tolist())
 
     def sequence_surprise(self, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
         """[n_sequences]: per statistic the largest per-key z-score, standardised again over
         the fitted sequences; the largest of these (-inf for a sequence with no known key)."""
-        per_stat = (self._key_maxima(stats, data) - np.asarray(self.seq_centre)) / np.asarray(self.seq_scale)
-        return per_stat.max(1)
+        per_stat = key_maxima(stats, data, self.centre, self.scale)
+        return ((per_stat - np.asarray(self.seq_centre)) / np.asarray(self.seq_scale)).max(1)
 
     def combine(self, ka_probs: np.ndarray, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
         """[n_sequences, 2] probabilities of the combined score sigmoid(max(z_KA, z_surprise))."""

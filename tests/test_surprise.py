@@ -10,7 +10,7 @@ import torch
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
-from seqenc.surprise import STATS, SurpriseScorer, key_surprise
+from seqenc.surprise import STATS, SurpriseScorer, key_maxima, key_surprise
 
 CLS, MASK, SEP, PAD = 2, 4, 5, 0  # ids in a toy vocabulary of 20 tokens
 
@@ -94,7 +94,7 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     assert surprise[6] == pytest.approx(((z_a6 - key_max.mean(0)) / key_max.std(0)).max())
     assert surprise[6] > 30 and surprise[:6].max() < 4
     # on the fitting sequences each statistic's maximum is standardised: mean 0, std 1
-    per_stat = (scorer._key_maxima(stats, data)[:6] - scorer.seq_centre) / scorer.seq_scale
+    per_stat = (key_maxima(stats, data, scorer.centre, scorer.scale)[:6] - scorer.seq_centre) / scorer.seq_scale
     np.testing.assert_allclose(per_stat.mean(0), 0, atol=1e-9)
     np.testing.assert_allclose(per_stat.std(0), 1, rtol=1e-9)
     combined = scorer.combine(probs, stats, data)
