@@ -51,8 +51,8 @@ a small TVM fails to learn by masked-LM (measured on value_anomaly: the NLL of a
 size, summed over its pieces, stayed about 28 nats with five copies of it in view, with token
 or whole-value masking alike); one marker token puts the comparison in the sequence.
 Measured (value_anomaly, 3 seeds, with links, 16 bins and surprise scoring; docs/training.md):
-test F1 0.817 +- 0.039 with repeats, 0.753 without (the same surprise scorer rescoring the
-earlier runs). The gain is precision: 2 false positives in ~810 normal test blocks instead of
+test F1 0.817 +- 0.039 with repeats, 0.753 without (the same surprise scorer, before its
+second standardisation, rescoring the earlier runs). The gain is precision: 2 false positives in ~810 normal test blocks instead of
 16, at the same recall (63 and 64 of 90). The surprise still does not flag a size mismatch
 (0/24): the masked ``[NEW]``'s NLL there (3-7 nats) overlaps the noise of the normal blocks'
 markers (up to ~3.7 nats); the KA finds about two thirds of them.
