@@ -68,8 +68,9 @@ class TVMKAConfig:
     replaced_value_detection: bool = False
 
     # --- reconstruction surprise (seqenc.surprise), binary tasks ------------------------------
-    # With it on, the final anomaly score is max(z_KA, z_surprise): the KA's standardised logit
-    # or the largest standardised masked-LM surprise of a key's values, whichever is higher.
+    # With it on, the final anomaly score is the larger of the KA's logit and the masked-LM
+    # surprise of a key's values, each scored by its tail on the normal dev sequences. Train
+    # with TrainConfig.mlm_sequences="normal" so that the TVM learns normal values only.
     # Off by default (the paper scores with the KA alone).
     surprise_scoring: bool = False
 

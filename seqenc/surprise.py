@@ -2,63 +2,68 @@
 
 The KA reads one vector per key, KR(k), and learns from labels which directions of it matter.
 With few labelled anomalies it misses what a single unusual value shows (a port no normal block
-uses, an ``[ALONE]`` marker where a key's values always link, seqenc.links), although the TVM
-has learned what is usual there. This module reads that knowledge directly, as LogBERT scores
-log sequences by masked-token prediction, and adds it to the KA's score of a binary task.
+uses, an ``[ALONE]`` marker where a key's values always link, seqenc.links, a size above every
+normal block's), although the TVM has learned what is usual there. This module reads that
+knowledge directly, as LogBERT scores log sequences by masked-token prediction, and adds it to
+the KA's score of a binary task.
 
 Per value v_i of S(k): every token of v_i is masked at once (one masked copy of the window per
-value) and the TVM (eval mode) predicts them. Three statistics per value, each maxed over the
+value) and the TVM (eval mode) predicts them. Five statistics per value, each maxed over the
 values of a key row (``STATS``):
 
-* ``lead``: the largest negative log-likelihood (NLL) among the value's marker tokens -- link
-  and repeat markers (seqenc.links), bin token (seqenc.numeric) -- or of its first token when
-  it has none. A foreign node in S(src_ip) is an ``[ALONE]`` where the TVM expects ``[LINKED]``
-  with near certainty: a clear, categorical surprise;
+* ``link``, ``repeat``, ``bin``: the negative log-likelihood (NLL) of the value's link marker,
+  repeat marker (seqenc.links) and bin token (seqenc.numeric); zero for a value without one. A
+  foreign node is an ``[ALONE]`` where the TVM expects ``[LINKED]``, a size mismatch a second
+  ``[NEW]`` in S(size), an oversize block a bin token no normal size falls in;
 * ``token``: the largest NLL of any of the value's tokens (a port piece ``50020`` where every
   normal block has ``50010``);
 * ``value``: the NLL of the whole value, summed over its tokens.
 
-:class:`SurpriseScorer` standardises each (key, statistic) with the mean and standard deviation
-(floored at ``MIN_SCALE``) of the *dev* split's normal sequences, and the KA's logit the same
-way. Then, per statistic, a sequence's largest z-score over its keys (keys the fit never saw are
-skipped) is standardised *again* on the same normal sequences, and a sequence's surprise is the
-largest of these. The combined anomaly score is ``max(z_KA, z_surprise)`` through a sigmoid, so
-an anomaly either model is sure of scores high. The decision threshold is still chosen on dev
-(training.phased).
+Each marker kind has its own statistic because their noise differs by an order of magnitude: a
+random normal size's bin token costs 7-8 nats (the TVM predicts it from the key's marginal, it
+does not copy it from the other replicas), its repeat marker 0-4. Taken together (the earlier
+``lead``: the largest NLL among a value's markers) the bin's noise hid the second ``[NEW]`` of a
+size mismatch.
 
-Why the second standardisation: a maximum over ~13 keys is large even on a normal sequence (on
-value_anomaly's normal dev blocks each statistic's maximum has mean 1.6-1.9 and standard
-deviation 0.7-1.1), while z_KA has mean 0 and standard deviation 1. Compared raw, the
-surprise's maximum sets the threshold, and a size anomaly that only the KA sees (an
-``oversize`` block) falls under it. Standardising each statistic's maximum puts the three and
-z_KA on one scale. Rescoring the three saved runs of the bench below with this scorer (one
-thread, ``/work/scratch/combo_product.py``): test F1 0.812 -> 0.846, oversize 14 -> 18 of 27,
-size_mismatch 12 -> 14 of 24, odd_port 22 -> 24 of 24, false positives 2 -> 7 (of 810 normal).
-The bench itself, retrained: 0.835 +- 0.053 (0.877 / 0.776 / 0.852) against 0.817 +- 0.039.
+**Calibration: tails, fitted on the normal dev sequences** (:class:`SurpriseScorer`). Each
+(key, statistic) gets a line (:func:`tail_fit`, peaks over threshold): above the value that the
+top ``TAIL_SHARE`` of the normal sequences exceed, excesses are taken as exponential, so a key's
+score estimates -log P(a normal sequence's statistic >= x). Per statistic, a sequence's largest
+key score is scored again by a tail line of its own (a maximum over ~13 keys is large even on a
+normal sequence); the KA's logit gets a tail line too. The anomaly score is the largest of
+these, through a sigmoid; the decision threshold is chosen on dev (training.phased). Why tails
+and not a mean and standard deviation: the statistics are far from Gaussian. The bin NLL of a
+normal S(size) is bimodal (the 64 MiB block size ~1 nat, any other size 7-8), a key like
+``level`` is ~0 except on blocks with a WARN line. A z-score measures the bulk and gave a value
+beyond every normal one (an oversize bin at 12-13 nats, the normal maximum 8.6) a z of ~3, below
+the noise of other keys; what matters is how far into, or beyond, the normal tail a value lies.
+
+**The masked LM should learn normal behaviour only** (``TrainConfig.mlm_sequences="normal"``,
+training.trainer.mlm_rows). Trained on every train sequence, the TVM also learns the labelled
+anomalies' values: an oversize block's bin token then costs 8.9-9.8 nats against a normal
+maximum of 8.3. Trained on the normal ones, it costs 12.2-13 nats against 8.6 (value_anomaly,
+seed 0, dev and test blocks). With ``surprise_scoring`` on and the masked LM reading every sequence, the trainer logs
+a warning. The tail calibration needs that pairing: on runs whose TVM read every train
+sequence it scored 0.819 +- 0.032 against 0.865 +- 0.051 for the earlier z-score scorer (a
+rescoring of the same three runs, docs/training.md).
 
 Why dev and not train: the TVM is trained by MLM on the train sequences and memorises their
 random identifiers. Measured on value_anomaly (seed 0, links and 16 bins): the summed NLL of
-S(block) was 38.7 +- 22.0 on normal train blocks and 65.6 +- 5.4 on normal test blocks, and of
-S(file) 58.9 against 116.3. Standardised on train, an unseen block looks surprising for being
-unseen; the KA's logit is likewise more confident on the sequences it was trained on. Dev
-sequences are unseen by both, as the sequences scored later are.
+S(block) was 38.7 +- 22.0 on normal train blocks and 65.6 +- 5.4 on normal test blocks. Fitted
+on train, an unseen block looks surprising for being unseen; the KA's logit is likewise more
+confident on the sequences it was trained on. Dev sequences are unseen by both, as the
+sequences scored later are.
 
-Why three statistics: each finds a different anomaly (value_anomaly): ``lead`` the foreign
-nodes, ``token`` the odd ports; ``value`` adds a little (a scratch rescoring of the links + bins
-runs: test F1 0.738 with lead and token, 0.753 with all three). With value links, repeats and
-bins, the surprise alone found foreign_node 14/15 and odd_port 20/24 test blocks over three
-seeds with no false positive, and no oversize or size_mismatch block (docs/training.md). Standardised on train
-instead, ``token`` and ``value`` were unusable (98-122 of 270 normal test blocks above z = 5),
-which is why an earlier version kept ``lead`` alone.
-
-Measured (``seqenc bench accuracy --datasets value_anomaly --modes interleaved+surprise --seeds
-0,1,2 --config '{"model": {"value_links": true, "value_repeats": true, "numeric_bins": 16}}'``):
-test F1 0.835 +- 0.053 (0.877 / 0.776 / 0.852), 0.817 +- 0.039 before the second
-standardisation; the first version (``lead`` on the first token
-only, standardised on train, no repeats) reached 0.709 +- 0.009.
-
-On real logs it did not help: bgl (BGL_2k windows, default model, seeds 0-2, one training scored
-both ways) 0.885 +- 0.052 with the KA alone, 0.846 +- 0.116 with the surprise (docs/training.md).
+Measured (``seqenc bench accuracy --datasets value_anomaly --modes
+interleaved,interleaved+surprise --seeds 0,1,2 --config '{"model": {"value_links": true,
+"value_repeats": true, "numeric_bins": 16}, "train": {"mlm_sequences": "normal",
+"mlm_mask_unit": "value"}}'``): test F1 0.944 +- 0.026 (0.915 / 0.951 / 0.966), the KA alone on
+the same trainings 0.654 +- 0.135; foreign_node 15/15, odd_port 24/24, oversize 27/27,
+size_mismatch 18/24 test blocks, 4 false positives among ~810 normal ones. With token masking
+(the masked LM trained as the paper does, on normal sequences): 0.903 +- 0.040. Earlier
+versions: 0.835 +- 0.053 (``lead`` = the largest marker NLL, z-scores, every sequence in the
+masked LM), 0.709 +- 0.009 (the first version).
+On real logs (bgl) the earlier version did not help (docs/training.md).
 
 Choices (the TVM-KA paper scores with the KA alone; this is an option,
 ``TVMKAConfig.surprise_scoring``, binary tasks only):
@@ -66,14 +71,19 @@ Choices (the TVM-KA paper scores with the KA alone; this is an option,
 * computed once, from the final TVM, in the final phase (not at every KR refresh): one forward
   pass per value costs about as much as 7 KR refreshes on value_anomaly, and the rounds' dev
   metrics stay the KA's;
-* the fitted centres and scales are JSON in the bundle's ``metadata.json`` (training.scoring),
-  so batch scoring and the pyfunc combine the scores the same way;
+* ``TAIL_SHARE`` = 10 %, the usual choice for peaks over threshold (with ~270 normal dev
+  sequences, 27 tail points per key); the scale floors keep a key that is constant on normal
+  sequences from turning a rounding difference into an anomaly (0.25 nats per key);
+* the fitted lines are JSON in the bundle's ``metadata.json`` (training.scoring), so batch
+  scoring and the pyfunc combine the scores the same way; a bundle fitted by an earlier
+  version (other statistics or calibration) is refused with a "retrain" message;
 * cost: about 35 s on value_anomaly (134k values, two CPU threads); not measured on hdfs, where
   every block has many more values.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,8 +94,13 @@ from seqenc.inference import length_batches, pad_batch
 from seqenc.model import TemporalValueModeler
 from seqenc.sequences import TokenizedSequences, value_spans
 
-STATS = ("lead", "token", "value")
-MIN_SCALE = 1e-3  # nats
+STATS = ("link", "repeat", "bin", "token", "value")
+MARKER_STATS = STATS[:3]  # one per kind of marker token (seqenc.tokenizer.ValueTokenizer.marker_kinds)
+TAIL_SHARE = 0.1  # the share of the fitted sequences whose largest values define a tail
+STAT_MIN_SCALE = 0.25  # nats: a key's tail scale is at least this (a deterministic key's is ~0)
+SEQ_MIN_SCALE = 0.05  # the same for a statistic's maximum over keys (units: key scores)
+MIN_SCALE = 1e-3  # the same for the KA's logit
+CALIBRATION = "tail"  # saved with a scorer; a bundle fitted otherwise is refused
 
 
 def _masked_copies(data: TokenizedSequences, mask_id: int, val_sep_id: int):
@@ -103,11 +118,14 @@ def _masked_copies(data: TokenizedSequences, mask_id: int, val_sep_id: int):
 
 @torch.no_grad()
 def key_surprise(tvm: TemporalValueModeler, data: TokenizedSequences, mask_id: int, val_sep_id: int,
-                 pad_id: int, marker_ids: frozenset[int] = frozenset(), batch_tokens: int = 32768,
+                 pad_id: int, markers: dict[str, frozenset[int]] | None = None, batch_tokens: int = 32768,
                  progress: bool = True) -> np.ndarray:
     """[n_key_rows, len(STATS)] float32: per key row the largest, over its values, of each
-    statistic of the module docstring (zero for a key row without values). ``marker_ids``: the
-    tokens that may lead a value (seqenc.tokenizer.ValueTokenizer.marker_ids)."""
+    statistic of the module docstring (zero for a key row without values, and for a marker
+    statistic whose marker a value does not carry). ``markers``: the ids of each kind of marker
+    token (seqenc.tokenizer.ValueTokenizer.marker_kinds)."""
+    markers = markers or {}
+    kind_ids = [torch.as_tensor(sorted(markers.get(kind, ())), dtype=torch.long) for kind in MARKER_STATS]
     was_training = tvm.training
     tvm.eval()
     rows, window, spans = _masked_copies(data, mask_id, val_sep_id)
@@ -122,13 +140,14 @@ def key_surprise(tvm: TemporalValueModeler, data: TokenizedSequences, mask_id: i
         target = torch.as_tensor(np.concatenate([data.windows[window[i]][slice(*spans[i])] for i in idx]))
         logits = tvm.mlm_logits(hidden[torch.as_tensor(row), torch.as_tensor(pos)])  # [masked tokens, vocab]
         nll = -logits.float().log_softmax(-1).gather(1, target[:, None])[:, 0].numpy()
+        # per masked token, the NLL it adds to each marker statistic (0 where it is no such marker)
+        by_kind = np.stack([np.where(torch.isin(target, ids).numpy(), nll, 0.0) for ids in kind_ids], 1)
         start = 0
         for i in idx:
             a, b = spans[i]
-            value_nll, value_tokens = nll[start:start + b - a], target[start:start + b - a].tolist()
+            value_nll = nll[start:start + b - a]
+            per_value[i] = (*by_kind[start:start + b - a].max(0), value_nll.max(), value_nll.sum())
             start += b - a
-            n_lead = next((t for t, tok in enumerate(value_tokens) if tok not in marker_ids), b - a) or 1
-            per_value[i] = value_nll[:n_lead].max(), value_nll.max(), value_nll.sum()
     tvm.train(was_training)
 
     key_row = data.window_key[window]
@@ -138,6 +157,23 @@ def key_surprise(tvm: TemporalValueModeler, data: TokenizedSequences, mask_id: i
     return out.astype(np.float32)
 
 
+def tail_fit(x: np.ndarray, min_scale: float) -> tuple[float, float]:
+    """``(centre, scale)`` such that ``(v - centre) / scale`` estimates -log P(X >= v) for v in
+    the upper tail of the sample ``x`` (peaks over threshold): the threshold t is the
+    ``ceil(TAIL_SHARE * n)``-th largest value (at least the 2nd), the excesses over t are taken
+    as exponential with mean ``scale`` (floored at ``min_scale``), and t itself scores
+    -log((k + 1) / (n + 1)). Below t the same line goes on (a low score, and only the ranking
+    of normal values changes there). A sample of one value: centre that value, scale 1."""
+    x = np.sort(np.asarray(x, dtype=np.float64))[::-1]
+    n = len(x)
+    if n < 2:
+        return float(x[0]), 1.0
+    k = min(max(math.ceil(TAIL_SHARE * n), 2), n)
+    t = x[k - 1]
+    scale = max(float((x[:k] - t).sum()) / (k - 1), min_scale)
+    return float(t - scale * math.log((n + 1) / (k + 1))), scale
+
+
 def _logit(probs: np.ndarray) -> np.ndarray:
     p = np.clip(probs[:, 1].astype(np.float64), 1e-12, 1 - 1e-12)
     return np.log(p) - np.log1p(-p)
@@ -145,8 +181,8 @@ def _logit(probs: np.ndarray) -> np.ndarray:
 
 def key_maxima(stats: np.ndarray, data: TokenizedSequences, centre: dict[str, list[float]],
                scale: dict[str, list[float]]) -> np.ndarray:
-    """[n_sequences, len(STATS)]: per statistic, the largest per-key z-score ``(stat - centre) /
-    scale`` over each sequence's keys in ``centre`` (-inf for a sequence with none)."""
+    """[n_sequences, len(STATS)]: per statistic, the largest key score ``(stat - centre) / scale``
+    over each sequence's keys in ``centre`` (-inf for a sequence with none)."""
     z = np.full((len(data.keys), len(STATS)), -np.inf)
     for r, key in enumerate(data.keys):
         if key in centre:
@@ -158,14 +194,14 @@ def key_maxima(stats: np.ndarray, data: TokenizedSequences, centre: dict[str, li
 
 @dataclass
 class SurpriseScorer:
-    """Standardisation of the surprise statistics per key and of the KA's logit (module
-    docstring); :meth:`combine` turns KA probabilities into combined ones."""
+    """Tail scores of the surprise statistics per key and of the KA's logit, fitted on normal
+    sequences (module docstring); :meth:`combine` turns KA probabilities into combined ones."""
 
-    centre: dict[str, list[float]]
+    centre: dict[str, list[float]]  # per key, per statistic (tail_fit)
     scale: dict[str, list[float]]
-    ka_centre: float
+    ka_centre: float  # the KA's logit (tail_fit)
     ka_scale: float
-    seq_centre: list[float]  # per statistic: centre and scale of its sequence maximum
+    seq_centre: list[float]  # per statistic: its largest key score over a sequence (tail_fit)
     seq_scale: list[float]
 
     @classmethod
@@ -178,38 +214,36 @@ class SurpriseScorer:
         keys = np.asarray(data.keys)
         centre, scale = {}, {}
         for key in sorted(set(keys[in_fit])):
-            x = stats[in_fit & (keys == key)].astype(np.float64)
-            centre[key] = x.mean(0).tolist()
-            scale[key] = np.maximum(x.std(0), MIN_SCALE).tolist() if len(x) > 1 else [1.0] * len(STATS)
-        logit = _logit(ka_probs[normal])
+            fits = [tail_fit(x, STAT_MIN_SCALE) for x in stats[in_fit & (keys == key)].astype(np.float64).T]
+            centre[key], scale[key] = [c for c, _ in fits], [s for _, s in fits]
+        ka_centre, ka_scale = tail_fit(_logit(ka_probs[normal]), MIN_SCALE)
         per_stat = key_maxima(stats, data, centre, scale)[normal]  # [n_fit, len(STATS)]
-        return cls(centre, scale, float(logit.mean()), float(max(logit.std(), MIN_SCALE)),
-                   per_stat.mean(0).tolist(), np.maximum(per_stat.std(0), MIN_SCALE).tolist())
+        seq = [tail_fit(x, SEQ_MIN_SCALE) for x in per_stat.T]
+        return cls(centre, scale, ka_centre, ka_scale, [c for c, _ in seq], [s for _, s in seq])
 
     def sequence_surprise(self, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
-        """[n_sequences]: per statistic the largest per-key z-score, standardised again over
-        the fitted sequences; the largest of these (-inf for a sequence with no known key)."""
+        """[n_sequences]: per statistic the largest key score, scored again against the fitted
+        sequences' maxima; the largest of these (-inf for a sequence with no known key)."""
         per_stat = key_maxima(stats, data, self.centre, self.scale)
         return ((per_stat - np.asarray(self.seq_centre)) / np.asarray(self.seq_scale)).max(1)
 
     def combine(self, ka_probs: np.ndarray, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
-        """[n_sequences, 2] probabilities of the combined score sigmoid(max(z_KA, z_surprise))."""
+        """[n_sequences, 2] probabilities of the combined score sigmoid(max(s_KA, s_surprise))."""
         z_ka = (_logit(ka_probs) - self.ka_centre) / self.ka_scale
         score = np.maximum(z_ka, self.sequence_surprise(stats, data))
         p = 1.0 / (1.0 + np.exp(-np.clip(score, -500, 500)))
         return np.stack([1.0 - p, p], axis=1)
 
     def to_dict(self) -> dict:
-        return {"stats": list(STATS), "centre": self.centre, "scale": self.scale,
+        return {"stats": list(STATS), "calibration": CALIBRATION, "centre": self.centre, "scale": self.scale,
                 "ka_centre": self.ka_centre, "ka_scale": self.ka_scale,
                 "seq_centre": self.seq_centre, "seq_scale": self.seq_scale}
 
     @classmethod
     def from_dict(cls, d: dict) -> SurpriseScorer:
-        if list(d.get("stats", [])) != list(STATS):
-            raise ValueError(f"surprise statistics {d.get('stats')} differ from this version's {list(STATS)}")
-        if "seq_centre" not in d:
-            raise ValueError("this surprise scorer predates the sequence-level standardisation "
-                             "(no seq_centre): retrain the model")
+        if list(d.get("stats", [])) != list(STATS) or d.get("calibration") != CALIBRATION:
+            raise ValueError(f"this surprise scorer (statistics {d.get('stats')}, calibration "
+                             f"{d.get('calibration')}) predates this version's ({list(STATS)}, {CALIBRATION}): "
+                             "retrain the model")
         return cls(d["centre"], d["scale"], float(d["ka_centre"]), float(d["ka_scale"]),
                    [float(x) for x in d["seq_centre"]], [float(x) for x in d["seq_scale"]])

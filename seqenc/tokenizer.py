@@ -110,9 +110,16 @@ class ValueTokenizer:
         return self._repeat_ids is not None
 
     @property
+    def marker_kinds(self) -> dict[str, frozenset[int]]:
+        """The ids of the tokens that may lead a value, by kind: ``link`` and ``repeat`` markers
+        (seqenc.links) and ``bin`` tokens (seqenc.numeric); a kind that is off has none."""
+        return {"link": frozenset(self._link_ids or ()), "repeat": frozenset(self._repeat_ids or ()),
+                "bin": frozenset(self._bin_ids)}
+
+    @property
     def marker_ids(self) -> frozenset[int]:
-        """The ids of the tokens that may lead a value: bin tokens, link and repeat markers."""
-        return frozenset(self._bin_ids) | frozenset(self._link_ids or ()) | frozenset(self._repeat_ids or ())
+        """The ids of every token that may lead a value (all of :attr:`marker_kinds`)."""
+        return frozenset().union(*self.marker_kinds.values())
 
     @property
     def vocab_size(self) -> int:

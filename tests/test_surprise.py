@@ -10,7 +10,7 @@ import torch
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
-from seqenc.surprise import STATS, SurpriseScorer, key_maxima, key_surprise
+from seqenc.surprise import STAT_MIN_SCALE, STATS, TAIL_SHARE, SurpriseScorer, key_maxima, key_surprise, tail_fit
 
 CLS, MASK, SEP, PAD = 2, 4, 5, 0  # ids in a toy vocabulary of 20 tokens
 
@@ -40,15 +40,15 @@ def _nll(tvm, window, start, end):
     return -logp[torch.arange(end - start), torch.tensor(window[start:end])].numpy()
 
 
-def _stats(*value_nlls, n_lead=1):
-    """The expected (lead, token, value) of one key row from its values' per-token NLLs."""
-    return [max(v[:n_lead].max() for v in value_nlls), max(v.max() for v in value_nlls),
-            max(v.sum() for v in value_nlls)]
+def _stats(*value_nlls):
+    """The expected (link, repeat, bin, token, value) of one key row without marker tokens from
+    its values' per-token NLLs."""
+    return [0.0, 0.0, 0.0, max(v.max() for v in value_nlls), max(v.sum() for v in value_nlls)]
 
 
 def test_key_surprise_masks_each_value_whole_and_aggregates_per_key():
     tvm, data = _tvm(), _data()
-    assert STATS == ("lead", "token", "value")
+    assert STATS == ("link", "repeat", "bin", "token", "value")
     stats = key_surprise(tvm, data, MASK, SEP, PAD, progress=False)
     assert stats.shape == (3, len(STATS))
     w0 = data.windows[0]
@@ -62,18 +62,34 @@ def test_key_surprise_masks_each_value_whole_and_aggregates_per_key():
     np.testing.assert_allclose(stats[2], _stats(*vals), rtol=1e-5)
 
 
-def test_lead_statistic_reads_a_values_markers():
-    """With marker tokens (link / repeat markers, bin tokens) leading a value, ``lead`` is the
-    largest NLL among them, not the NLL of the value's first piece."""
+def test_marker_statistics_read_each_kind_of_marker():
+    """A value's link / repeat marker and bin token each have a statistic of their own: the NLL
+    of that token (the whole value masked), zero for a value without it; token and value do
+    not depend on which tokens are markers."""
     tvm, data = _tvm(), _data()
-    markers = frozenset({11})  # 11 leads the value [11 12] of key a in both sequences
-    stats = key_surprise(tvm, data, MASK, SEP, PAD, marker_ids=markers, progress=False)
     plain = key_surprise(tvm, data, MASK, SEP, PAD, progress=False)
-    np.testing.assert_array_equal(stats[:, 1:], plain[:, 1:])  # token and value do not change
-    markers = frozenset({11, 12})  # a value of markers only: all of them are its lead
+    # 11 leads the value [11 12] of key a in both sequences; 13 is key a's other value in sequence 0
+    stats = key_surprise(tvm, data, MASK, SEP, PAD, markers={"repeat": frozenset({11}), "bin": frozenset({13})},
+                         progress=False)
+    np.testing.assert_array_equal(stats[:, 3:], plain[:, 3:])
     v1, v2 = _nll(tvm, data.windows[0], 3, 5), _nll(tvm, data.windows[0], 6, 7)
-    stats = key_surprise(tvm, data, MASK, SEP, PAD, marker_ids=markers, progress=False)
-    assert stats[0, 0] == pytest.approx(max(v1.max(), v2[0]), rel=1e-5)
+    assert stats[0, STATS.index("repeat")] == pytest.approx(v1[0], rel=1e-5)
+    assert stats[0, STATS.index("bin")] == pytest.approx(v2[0], rel=1e-5)
+    assert stats[0, STATS.index("link")] == 0.0 and stats[1, :3].tolist() == [0.0, 0.0, 0.0]  # key b: no marker
+    w2 = data.windows[2]
+    assert stats[2, STATS.index("repeat")] == pytest.approx(_nll(tvm, w2, 3, 5)[0], rel=1e-5)
+
+
+def test_tail_fit_estimates_the_log_tail_probability():
+    """On an exponential sample -log P(X >= v) = v: the fitted line is close to it in the tail;
+    a constant sample gets the floor as its scale; one value gets scale 1."""
+    x = np.random.default_rng(0).exponential(1.0, 20000)
+    centre, scale = tail_fit(x, STAT_MIN_SCALE)
+    assert scale == pytest.approx(1.0, rel=0.05) and centre == pytest.approx(0.0, abs=0.1)
+    t = np.quantile(x, 1 - TAIL_SHARE)
+    assert (t - centre) / scale == pytest.approx(-np.log(TAIL_SHARE), rel=0.02)  # the threshold scores -log 0.1
+    assert tail_fit(np.full(50, 3.0), STAT_MIN_SCALE)[1] == STAT_MIN_SCALE
+    assert tail_fit(np.array([2.0]), STAT_MIN_SCALE) == (2.0, 1.0)
 
 
 def test_scorer_standardises_per_key_and_takes_the_larger_score():
@@ -86,17 +102,22 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     probs = np.full((7, 2), 0.5)
     scorer = SurpriseScorer.fit(stats, data, probs + rng.normal(0, 0.01, size=(7, 1)) * [[-1, 1]], np.arange(6))
     surprise = scorer.sequence_surprise(stats, data)
-    # by hand: z per (key, statistic) on the fitting sequences, the larger key per statistic,
-    # that maximum standardised again on the fitting sequences, the largest statistic
+    # by hand: a tail line per (key, statistic) on the fitting sequences, the larger key score
+    # per statistic, that maximum scored by its own tail line on the fitting sequences, the
+    # largest statistic
     a_fit, b_fit = stats[0:12:2], stats[1:12:2]  # [6, len(STATS)]: keys a and b in the fitting sequences
-    key_max = np.maximum((a_fit - a_fit.mean(0)) / a_fit.std(0), (b_fit - b_fit.mean(0)) / b_fit.std(0))
-    z_a6 = (9.0 - a_fit.mean(0)) / a_fit.std(0)
-    assert surprise[6] == pytest.approx(((z_a6 - key_max.mean(0)) / key_max.std(0)).max())
-    assert surprise[6] > 30 and surprise[:6].max() < 4
-    # on the fitting sequences each statistic's maximum is standardised: mean 0, std 1
-    per_stat = (key_maxima(stats, data, scorer.centre, scorer.scale)[:6] - scorer.seq_centre) / scorer.seq_scale
-    np.testing.assert_allclose(per_stat.mean(0), 0, atol=1e-9)
-    np.testing.assert_allclose(per_stat.std(0), 1, rtol=1e-9)
+
+    def line(x, floor):  # [n, S] -> per column (centre, scale)
+        return np.array([tail_fit(col, floor) for col in x.T]).T
+
+    (ca, sa), (cb, sb) = line(a_fit, STAT_MIN_SCALE), line(b_fit, STAT_MIN_SCALE)
+    key_max = np.maximum((a_fit - ca) / sa, (b_fit - cb) / sb)
+    cm, sm = line(key_max, 0.05)
+    assert surprise[6] == pytest.approx(((9.0 - ca) / sa - cm).__truediv__(sm).max())
+    assert surprise[6] > 20 and surprise[:6].max() < 4
+    np.testing.assert_allclose(key_maxima(stats, data, scorer.centre, scorer.scale)[:6], key_max)
+    np.testing.assert_allclose(scorer.seq_centre, cm)
+    np.testing.assert_allclose(scorer.seq_scale, sm)
     combined = scorer.combine(probs, stats, data)
     assert combined.shape == (7, 2) and np.allclose(combined.sum(1), 1)
     assert combined[6, 1] > 0.999 and combined[:6, 1].max() < combined[6, 1]
@@ -105,8 +126,9 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     assert scorer.combine(sure, stats, data)[0, 1] > 0.999
     again = SurpriseScorer.from_dict(json.loads(json.dumps(scorer.to_dict())))
     np.testing.assert_array_equal(again.combine(probs, stats, data), combined)
-    old = {k: v for k, v in scorer.to_dict().items() if not k.startswith("seq_")}  # an older bundle's scorer
-    with pytest.raises(ValueError, match="seq_centre"):
+    old = {**scorer.to_dict(), "stats": ["lead", "token", "value"]}  # an older bundle's scorer
+    old.pop("calibration")
+    with pytest.raises(ValueError, match="retrain"):
         SurpriseScorer.from_dict(old)
     with pytest.raises(ValueError, match="at least 2 normal"):
         SurpriseScorer.fit(stats, data, probs, np.arange(1))

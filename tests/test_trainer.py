@@ -198,3 +198,24 @@ def test_pretraining_length_in_epochs_and_gradient_accumulation(tmp_path):
     assert mlm_updates == math.ceil(1.5 * per_epoch) + 2
     drawn = 2 * mlm_updates
     assert len(trainer.mlm._order) == (-drawn) % per_epoch
+
+
+def test_mlm_on_normal_sequences_reads_only_normal_train_windows(tmp_path):
+    model, tok, data, y, splits, cfg = build(mlm_sequences="normal")
+    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
+    normal = splits["train"][y[splits["train"]] == 0]
+    assert 0 < len(normal) < len(splits["train"])
+    expected = sorted(map(tuple, data.subset(normal).windows))
+    assert sorted(map(tuple, trainer.mlm.windows)) == expected
+    # a positive train sequence's windows are never read by the masked LM
+    positive = data.subset(splits["train"][y[splits["train"]] == 1]).windows
+    assert not set(map(tuple, positive)) & set(expected)
+    # the KA still trains on every train sequence, positives included
+    trainer.refresh_cache(0)
+    trainer.ka_steps(2, 1)
+    assert len(trainer.history["train/task_loss"]) == 2
+    with pytest.raises(ValueError, match="mlm_sequences"):
+        TrainConfig(mlm_sequences="anomalous")
+    multiclass = TVMKAConfig(**{**model.config.__dict__, "task": "multiclass", "n_classes": 3})
+    with pytest.raises(ValueError, match="binary task"):
+        InterleavedTrainer(TVMKA(multiclass), tok, data, y, splits, cfg, tmp_path / "mc", progress=False)

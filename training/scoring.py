@@ -68,7 +68,7 @@ def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl
                                     config.max_windows)
     probs = predict_proba(model, data, tok.pad_id, progress=progress)
     if meta.get("surprise"):  # trained with surprise_scoring: combine as the trainer did
-        stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_ids,
+        stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_kinds,
                              progress=progress)
         probs = SurpriseScorer.from_dict(meta["surprise"]).combine(probs, stats, data)
     pred = predict(probs, config.task, meta.get("threshold", 0.5))

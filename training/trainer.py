@@ -25,6 +25,8 @@ Choices where the paper is vague:
 * Each network has its own engine (AdamW and schedule); the shared parameters are in both, so
   each optimizer keeps its own moments for them.
 * The model evaluated and saved is the final one (what gets deployed is what is measured).
+* The masked LM reads every train sequence, as in the paper; ``mlm_sequences="normal"`` (binary
+  tasks) restricts it to those labelled normal, for surprise scoring (:func:`mlm_rows`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 
 MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view")
 END_TO_END = ("joint", "flattened", "record_view")
+MLM_SEQUENCES = ("all", "normal")  # which train sequences the TVM's masked LM reads
 RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on
 
 
@@ -81,12 +84,15 @@ class TrainConfig:
     lr_task: float = 1e-4  # end-to-end modes
     batch_size: int = 16  # end-to-end modes: sequences per update
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.data)
+    mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
         if self.mlm_mask_unit not in MASK_UNITS:
             raise ValueError(f"mlm_mask_unit {self.mlm_mask_unit!r} is not one of {MASK_UNITS}")
+        if self.mlm_sequences not in MLM_SEQUENCES:
+            raise ValueError(f"mlm_sequences {self.mlm_sequences!r} is not one of {MLM_SEQUENCES}")
 
     @property
     def ka_steps_per_round(self) -> int:
@@ -120,6 +126,23 @@ def phase_plan(cfg: TrainConfig, batches_per_epoch: int | None = None) -> list[t
     return plan + [("final", cfg.rounds + 1, 0)]
 
 
+def mlm_rows(y: np.ndarray, train: np.ndarray, which: str, task: str) -> np.ndarray:
+    """The train sequences the TVM's masked LM reads: all of them (the paper's Algorithm 1), or
+    with ``which="normal"`` those labelled normal (class 0 of a binary task), as LogBERT and
+    DeepLog learn normal behaviour only. Then a value that only anomalies show in training -- a
+    second size in S(size), a port no normal block uses -- is one the TVM has never been taught
+    to expect, and its masked-LM surprise (seqenc.surprise) is large instead of the log of its
+    share of the train data. The KA still trains on every train sequence."""
+    if which == "all":
+        return train
+    if task != "binary":
+        raise ValueError(f"mlm_sequences={which!r} needs a binary task (class 0 = normal), not {task!r}")
+    normal = train[y[train] == 0]
+    if len(normal) == 0:
+        raise ValueError("mlm_sequences='normal' but no train sequence is labelled normal")
+    return normal
+
+
 class InterleavedTrainer(PhasedTrainer):
     """Runs Algorithm 1 (or no_interleave) on one task; ``workdir`` holds the KR caches."""
 
@@ -127,7 +150,11 @@ class InterleavedTrainer(PhasedTrainer):
                  splits: dict[str, np.ndarray], cfg: TrainConfig, workdir: str | Path, **kwargs):
         if cfg.mode not in ("interleaved", "no_interleave"):
             raise ValueError(f"InterleavedTrainer runs interleaved / no_interleave, not {cfg.mode!r}")
-        train = data.subset(splits["train"])
+        train = data.subset(mlm_rows(y, splits["train"], cfg.mlm_sequences, model.config.task))
+        if model.config.surprise_scoring and cfg.mlm_sequences == "all":
+            log.warning("surprise scoring with a masked LM trained on every train sequence, anomalies "
+                        "included: their values will not surprise the TVM; set the train option "
+                        "mlm_sequences='normal' (seqenc.surprise)")
         rvd = {}  # replaced-value detection (seqenc.config): swapped values, half the rows
         if model.config.replaced_value_detection:
             rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
@@ -214,7 +241,7 @@ class InterleavedTrainer(PhasedTrainer):
         *dev* sequences (seqenc.surprise: the TVM and KA have fitted the train sequences); from
         here on :meth:`probabilities` combines."""
         self.surprise_stats = key_surprise(self.model.tvm, self.data, self.tok.mask_id, self.tok.val_sep_id,
-                                           self.tok.pad_id, self.tok.marker_ids, progress=self.progress)
+                                           self.tok.pad_id, self.tok.marker_kinds, progress=self.progress)
         dev = self.splits["dev"]
         ka_probs = ka_probabilities(self.model.ka, self.kr, self.data)
         self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, ka_probs, dev[self.y[dev] == 0])
