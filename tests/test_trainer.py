@@ -200,9 +200,15 @@ def test_pretraining_length_in_epochs_and_gradient_accumulation(tmp_path):
     assert len(trainer.mlm._order) == (-drawn) % per_epoch
 
 
-def test_mlm_on_normal_sequences_reads_only_normal_train_windows(tmp_path):
+def test_mlm_on_normal_sequences_reads_only_normal_train_windows(tmp_path, caplog):
     model, tok, data, y, splits, cfg = build(mlm_sequences="normal")
-    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
+    model.config.surprise_scoring = True
+    with caplog.at_level("WARNING", logger="training.trainer"):
+        trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
+        assert not caplog.records  # the pairing surprise scoring wants
+        InterleavedTrainer(model, tok, data, y, splits, TrainConfig(**{**cfg.__dict__, "mlm_sequences": "all"}),
+                           tmp_path / "all", progress=False)
+    assert "mlm_sequences='normal'" in caplog.text  # surprise on a masked LM that read the anomalies too
     normal = splits["train"][y[splits["train"]] == 0]
     assert 0 < len(normal) < len(splits["train"])
     expected = sorted(map(tuple, data.subset(normal).windows))
@@ -216,6 +222,6 @@ def test_mlm_on_normal_sequences_reads_only_normal_train_windows(tmp_path):
     assert len(trainer.history["train/task_loss"]) == 2
     with pytest.raises(ValueError, match="mlm_sequences"):
         TrainConfig(mlm_sequences="anomalous")
-    multiclass = TVMKAConfig(**{**model.config.__dict__, "task": "multiclass", "n_classes": 3})
+    multiclass = TVMKAConfig(**{**model.config.__dict__, "task": "multiclass", "n_classes": 3, "surprise_scoring": False})
     with pytest.raises(ValueError, match="binary task"):
         InterleavedTrainer(TVMKA(multiclass), tok, data, y, splits, cfg, tmp_path / "mc", progress=False)
