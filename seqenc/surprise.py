@@ -42,10 +42,10 @@ the noise of other keys; what matters is how far into, or beyond, the normal tai
 training.trainer.mlm_rows). Trained on every train sequence, the TVM also learns the labelled
 anomalies' values: an oversize block's bin token then costs 8.9-9.8 nats against a normal
 maximum of 8.3. Trained on the normal ones, it costs 12.2-13 nats against 8.6 (value_anomaly,
-seed 0, dev and test blocks). With ``surprise_scoring`` on and the masked LM reading every sequence, the trainer logs
-a warning. The tail calibration needs that pairing: on runs whose TVM read every train
-sequence it scored 0.819 +- 0.032 against 0.865 +- 0.051 for the earlier z-score scorer (a
-rescoring of the same three runs, docs/training.md).
+seed 0, dev and test blocks). With ``surprise_scoring`` on and the masked LM reading every
+sequence, the trainer logs a warning. The tail calibration needs that pairing: on runs whose
+TVM read every train sequence it scored 0.819 +- 0.032 against 0.865 +- 0.051 for the earlier
+z-score scorer (a rescoring of the same three runs, docs/training.md).
 
 Why dev and not train: the TVM is trained by MLM on the train sequences and memorises their
 random identifiers. Measured on value_anomaly (seed 0, links and 16 bins): the summed NLL of

@@ -117,11 +117,6 @@ class ValueTokenizer:
                 "bin": frozenset(self._bin_ids)}
 
     @property
-    def marker_ids(self) -> frozenset[int]:
-        """The ids of every token that may lead a value (all of :attr:`marker_kinds`)."""
-        return frozenset().union(*self.marker_kinds.values())
-
-    @property
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 

@@ -35,7 +35,7 @@ def test_markers_lead_in_order_link_repeat_bin_and_survive_save_load(tmp_path):
         tok.encode_values("size", ["64"], seen=[True])
     tok.with_value_links().with_value_repeats()
     seen, new, linked, alone = (tok.tokenizer.token_to_id(t) for t in (SEEN, NEW, LINKED, ALONE))
-    assert tok.value_repeats and {seen, new} <= tok.marker_ids and not {seen, new} & tok.special_ids
+    assert tok.value_repeats and tok.marker_kinds["repeat"] == {seen, new} and not {seen, new} & tok.special_ids
     plain = tok.encode_values("size", ["64", "63"])
     assert tok.encode_values("size", ["64", "63"], [True, False], [True, False]) == \
         [[linked, seen, *plain[0]], [alone, new, *plain[1]]]

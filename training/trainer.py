@@ -237,8 +237,8 @@ class InterleavedTrainer(PhasedTrainer):
                         after=lambda: self.maybe_eval(steps, round_no))
 
     def fit_surprise(self) -> None:
-        """Surprise statistics of every key row from the final TVM, standardised on the normal
-        *dev* sequences (seqenc.surprise: the TVM and KA have fitted the train sequences); from
+        """Surprise statistics of every key row from the final TVM, scored by their tails on the
+        normal *dev* sequences (seqenc.surprise: the TVM and KA have fitted the train sequences); from
         here on :meth:`probabilities` combines."""
         self.surprise_stats = key_surprise(self.model.tvm, self.data, self.tok.mask_id, self.tok.val_sep_id,
                                            self.tok.pad_id, self.tok.marker_kinds, progress=self.progress)
