@@ -4,11 +4,18 @@ PYTHON ?= python3
 VENV   ?= .venv
 OUT    ?= demo-out
 STAMP  := $(VENV)/.installed
+# The torch pin of pyproject.toml. TORCH_INDEX=<PyTorch's CPU wheel index> installs that version's
+# CPU build (torch==X.Y.Z+cpu, which satisfies the pin) before the project, instead of the CUDA
+# build that PyPI serves for Linux x86-64 (README.md, "Installing").
+TORCH_PIN   := $(shell sed -n 's/.*"torch==\([0-9.]*\)".*/\1/p' pyproject.toml)
+TORCH_INDEX ?=
 
 .PHONY: demo test lint clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+		--extra-index-url $(TORCH_INDEX) "torch==$(TORCH_PIN)+cpu")
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 

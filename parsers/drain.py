@@ -7,8 +7,9 @@ al. 2017, and the LogPAI benchmark code) replaces masked values by the wildcard,
 similarity skips. :class:`MaskAwareDrain` does the same for any token holding a mask
 (``<NAME>``), while the template text keeps the mask *names* (needed to name parameter keys).
 
-``make_miner`` switches the miner's Drain instance to this class after Drain3 has built or
-restored it, so persisted state keeps working (the state records this class).
+``make_miner`` (parsers.logs) switches the miner's Drain instance to this class after Drain3
+has built it, before the state is loaded; the state file (parsers.drain_state) holds only data,
+never a class name.
 """
 
 from __future__ import annotations

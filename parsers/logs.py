@@ -4,10 +4,11 @@
   and Drain3 (with a cache from masked content to cluster). ``seqenc bench parse`` uses it;
   the batched ingest (parsers.log_ingest, reachable as ``parsers.logs.ingest_logs``) does the
   same steps column-at-a-time (parsers.columns).
-* :func:`make_miner` builds a Drain3 ``TemplateMiner`` for a format, with its state persisted
-  atomically in ``<root>/state/drain3-<source>.json`` (saved after the Parquet files, so a re-run
-  continues the same template tree and keeps template ids) and the mask-aware similarity of
-  parsers.drain.
+* :func:`make_miner` builds a Drain3 ``TemplateMiner`` for a format, with the mask-aware
+  similarity of parsers.drain and its state in ``<root>/state/drain3-<source>.json``: plain
+  JSON written atomically (parsers.drain_state; never jsonpickle, so a state file cannot run
+  code; an old jsonpickle file is migrated once), saved after the Parquet files, so a re-run
+  continues the same template tree and keeps template ids.
 * :func:`slot_names` names template slots from ``parsers/key_names/<preset>.json`` (template
   text -> names); other slots get ``<mask>_<position>`` (``ip_1``, ``num_2``, ``param_3`` for
   Drain's ``<*>``).
@@ -30,11 +31,11 @@ from pathlib import Path
 import pyarrow as pa
 from drain3 import TemplateMiner
 from drain3.masking import MaskingInstruction
-from drain3.persistence_handler import PersistenceHandler
 from drain3.template_miner_config import TemplateMinerConfig
 
 from parsers import storage
 from parsers.drain import MaskAwareDrain
+from parsers.drain_state import DrainStateFile
 from parsers.presets import DEFAULT_MASKS, HDFS, PRESETS, LogFormat, resolve  # noqa: F401  (re-exported)
 
 logger = logging.getLogger(__name__)
@@ -42,30 +43,40 @@ logger = logging.getLogger(__name__)
 KEY_NAMES_DIR = Path(__file__).parent / "key_names"
 
 
-class AtomicFilePersistence(PersistenceHandler):
-    """Drain3 file persistence whose writes are atomic (temp file, then ``os.replace``)."""
+class StateFileMiner(TemplateMiner):
+    """Drain3's ``TemplateMiner`` whose state goes through parsers.drain_state, never jsonpickle.
 
-    def __init__(self, file_path: str | Path) -> None:
-        self.file_path = Path(file_path)
+    ``TemplateMiner.save_state`` / ``load_state`` (jsonpickle, through a byte-level
+    ``PersistenceHandler``) are replaced: the miner is built without a handler, so Drain3's own
+    load never runs, then gets a :class:`DrainStateFile` in its place. Drain3's snapshot policy
+    is kept: ``add_log_message`` still saves on every cluster change (and every
+    ``snapshot_interval_minutes``); the batched ingest feeds ``miner.drain`` directly and saves
+    once, after its Parquet files.
+    """
 
-    def save_state(self, state: bytes) -> None:
-        storage.write_bytes_atomic(state, self.file_path)
+    def __init__(self, config: TemplateMinerConfig, state_file: DrainStateFile | None) -> None:
+        super().__init__(None, config)
+        self.drain.__class__ = MaskAwareDrain  # masked values count as parameters (parsers.drain)
+        self.persistence_handler = state_file
+        if state_file is not None:
+            self.load_state()
 
-    def load_state(self) -> bytes | None:
-        return self.file_path.read_bytes() if self.file_path.exists() else None
+    def load_state(self) -> None:
+        self.persistence_handler.load(self.drain)
+
+    def save_state(self, snapshot_reason: str) -> None:
+        self.persistence_handler.save(self.drain, snapshot_reason)
 
 
-def make_miner(fmt: LogFormat, state_path: str | Path | None) -> TemplateMiner:
-    """A Drain3 ``TemplateMiner`` configured for ``fmt``; loads saved state if present."""
+def make_miner(fmt: LogFormat, state_path: str | Path | None) -> StateFileMiner:
+    """A Drain3 template miner configured for ``fmt``; loads the state file if present (a
+    ``ValueError`` naming the file when it is not a seqenc state)."""
     config = TemplateMinerConfig()
     config.masking_instructions = [MaskingInstruction(p, name) for p, name in fmt.masks]
     config.drain_depth = fmt.depth
     config.drain_sim_th = fmt.sim_th
     config.drain_extra_delimiters = list(fmt.extra_delimiters)
-    handler = AtomicFilePersistence(state_path) if state_path else None
-    miner = TemplateMiner(handler, config)
-    miner.drain.__class__ = MaskAwareDrain  # masked values count as parameters (parsers.drain)
-    return miner
+    return StateFileMiner(config, DrainStateFile(state_path) if state_path else None)
 
 
 def load_key_names(fmt: LogFormat) -> dict[str, list[str]]:
