@@ -7,11 +7,12 @@ Graph, per task (``anomaly``, ``milestone``, ``next_item``)::
 * ``train_<task>``: value sequences from the ingest partitions of the ``window_days`` days up to
   the run's date (skipped, with the reason, when the task's source was never ingested; an
   error when it was but the window holds none of it), a split fixed by sequence id, one
-  training job (``mode``, interleaved by default), logged to MLflow and registered as a new
-  version of ``seqenc-<task>`` (training.nightly.nightly_train);
-* ``promote_<task>``: the new version and the current ``champion`` are scored on the same dev
-  sequences; the alias ``champion`` moves only when the new version is better by more than
-  ``min_delta``, otherwise the reason is recorded on the version and its run
+  training job (``mode``, interleaved by default; any mode's model is served the same way),
+  logged to MLflow and registered as a new version of ``seqenc-<task>``
+  (training.nightly.nightly_train);
+* ``promote_<task>``: the new version and the current ``champion`` (of whatever modes) are
+  scored on the same dev sequences; the alias ``champion`` moves only when the new version is
+  better by more than ``min_delta``, otherwise the reason is recorded on the version and its run
   (training.nightly.promote_if_better).
 
 Training config (``{"model": {...}, "train": {...}}`` overrides): the param ``config_path`` (a

@@ -20,7 +20,11 @@
   through KR(k) into the TVM. The paper's joint model has no shared heads (209M = two full
   BERTs); :func:`joint_config` gives that configuration.
 
-All three end in the same task head as the KA (seqenc.heads).
+All three end in the same task head as the KA (seqenc.heads). Each builds its own batches
+(``batch_inputs``: the one definition of its input, read by training.end_to_end when it trains
+and by training.scoring when it scores) and :func:`end_to_end_proba` runs any of them over a set
+of sequences. :func:`load_pretrained` loads whichever model a saved directory holds (TVM-KA or
+one of these), as named by its ``architecture.json``.
 """
 
 from __future__ import annotations
@@ -28,23 +32,28 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from seqenc.config import TVMKAConfig
 from seqenc.heads import make_head
-from seqenc.inference import pad_batch
+from seqenc.inference import pad_batch, to_model
 from seqenc.links import link_flags, long_repeat_flags
-from seqenc.model import TVMKA, Embeddings, Encoder, SaveLoadMixin, init_weights, pool_windows
+from seqenc.model import TVMKA, Embeddings, Encoder, SaveLoadMixin, init_weights, pool_windows, read_architecture
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
 
 log = logging.getLogger(__name__)
 
 KEY_TYPE, VALUE_TYPE = 0, 1
+
+# record view: tokens kept per object (an HDFS line is ~20 tokens of keys and values)
+RECORD_OBJECT_TOKENS = 64
 
 
 def plain_config(config: TVMKAConfig) -> TVMKAConfig:
@@ -193,16 +202,23 @@ class FlattenedEncoder(SaveLoadMixin, nn.Module):
     def forward(self, input_ids, token_type_ids, attention_mask) -> torch.Tensor:
         return self.head(self.encode(input_ids, token_type_ids, attention_mask))  # [B, n_outputs]
 
+    def batch_inputs(self, data: ObjectSequences, index: list[int], tok: ValueTokenizer):
+        """``forward``'s inputs for the sequences ``index``: their most recent whole objects
+        within ``max_positions`` tokens (:func:`flattened_batch`)."""
+        return flattened_batch(data, index, tok, self.config.max_positions)
+
 
 class RecordViewEncoder(SaveLoadMixin, nn.Module):
     """Objects -> one vector each -> a transformer over the object sequence -> task head."""
 
-    def __init__(self, config: TVMKAConfig, object_encoder: str = "pool"):
+    def __init__(self, config: TVMKAConfig, object_encoder: str = "pool",
+                 max_object_tokens: int = RECORD_OBJECT_TOKENS):
         super().__init__()
         if object_encoder not in ("pool", "transformer"):
             raise ValueError(f"object_encoder={object_encoder!r} is not 'pool' or 'transformer'")
         self.config = config = plain_config(config)
         self.object_encoder = object_encoder
+        self.max_object_tokens = max_object_tokens  # an input setting, saved with the model
         # token level: positions inside an object only matter to the transformer variant
         self.embeddings = Embeddings(config, positional=object_encoder == "transformer")
         self.object_layers = Encoder(config, None, drophead=0.0) if object_encoder == "transformer" else None
@@ -216,7 +232,7 @@ class RecordViewEncoder(SaveLoadMixin, nn.Module):
         init_weights(self, config.init_std)
 
     def init_options(self) -> dict:
-        return {"object_encoder": self.object_encoder}
+        return {"object_encoder": self.object_encoder, "max_object_tokens": self.max_object_tokens}
 
     def object_vectors(self, input_ids, token_type_ids, token_mask) -> torch.Tensor:
         # [B, M, T] -> [B, M, d_model]
@@ -243,6 +259,11 @@ class RecordViewEncoder(SaveLoadMixin, nn.Module):
 
     def forward(self, input_ids, token_type_ids, token_mask, object_mask) -> torch.Tensor:
         return self.head(self.encode(input_ids, token_type_ids, token_mask, object_mask))
+
+    def batch_inputs(self, data: ObjectSequences, index: list[int], tok: ValueTokenizer):
+        """``forward``'s inputs for the sequences ``index``: their ``max_positions`` most recent
+        objects, ``max_object_tokens`` tokens each (:func:`record_batch`)."""
+        return record_batch(data, index, tok, self.config.max_positions, self.max_object_tokens)
 
 
 def joint_inputs(data: TokenizedSequences, index, pad_id: int):
@@ -279,3 +300,44 @@ class JointTVMKA(TVMKA):
         kr = pool_windows(cls_vectors, window_key, len(key_seq))  # [R, d_model]
         reprs, key_mask = pack_keys(kr, key_seq, n_sequences)
         return self.ka(reprs, key_mask)
+
+    def batch_inputs(self, data: TokenizedSequences, index: list[int], tok: ValueTokenizer):
+        """``forward``'s inputs for the sequences ``index``: their S(k) windows (:func:`joint_inputs`)."""
+        return joint_inputs(data, index, tok.pad_id)
+
+
+# --- any model: inference and loading -----------------------------------------------------------
+
+END_TO_END_MODELS = (JointTVMKA, FlattenedEncoder, RecordViewEncoder)
+# every model class a saved directory may hold, by the name its architecture.json gives
+MODEL_CLASSES = {cls.__name__: cls for cls in (TVMKA, *END_TO_END_MODELS)}
+
+
+@torch.no_grad()
+def end_to_end_proba(model: nn.Module, data: TokenizedSequences | ObjectSequences, tok: ValueTokenizer,
+                     batch_size: int = 64, progress: bool = True) -> np.ndarray:
+    """Class probabilities [n_sequences, n_classes] of every sequence of ``data`` (S(k) windows
+    for :class:`JointTVMKA`, objects for the other two), in ``data``'s order: batches of
+    ``batch_size`` sequences built by the model's own ``batch_inputs``, run where the model is;
+    float32 on the CPU. The model runs in eval mode; its training mode is restored after."""
+    was_training = model.training
+    model.eval()
+    n = len(data.sequence_ids)
+    parts = []
+    for start in tqdm(range(0, n, batch_size), desc=f"{type(model).__name__} scoring", disable=not progress,
+                      leave=False):
+        inputs = to_model(model.batch_inputs(data, list(range(start, min(start + batch_size, n))), tok), model)
+        parts.append(torch.softmax(model(*inputs).float(), -1).cpu())
+    model.train(was_training)
+    return torch.cat(parts).numpy() if parts else np.zeros((0, model.config.n_outputs), dtype=np.float32)
+
+
+def load_pretrained(directory, map_location: str = "cpu") -> nn.Module:
+    """Whichever model ``save_pretrained`` wrote to ``directory`` (as Hugging Face's
+    ``AutoModel``): the class its ``architecture.json`` names, from safetensors + JSON. An
+    unknown class name is an error naming that file."""
+    arch = read_architecture(directory)
+    if arch["class"] not in MODEL_CLASSES:
+        raise ValueError(f"{Path(directory) / 'architecture.json'} names architecture {arch['class']!r}, which "
+                         f"seqenc does not know (known: {', '.join(sorted(MODEL_CLASSES))})")
+    return MODEL_CLASSES[arch["class"]].from_pretrained(directory, map_location)

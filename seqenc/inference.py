@@ -4,6 +4,12 @@ KR computation is batched across keys *and* sequences: all windows are sorted by
 packed into batches of about ``batch_tokens`` tokens (little padding), encoded by the TVM, and
 the window [CLS] vectors are pooled back per key. The same functions refresh the KR cache
 during training and score new data in production.
+
+Devices: the model's parameters decide. :func:`model_device` says where a module lives and
+:func:`to_model` moves a batch there (floating-point tensors also to the module's dtype, e.g.
+bf16 under DeepSpeed mixed precision); every batch the trainers and scorers build passes
+through it. Batches are built on the CPU (token lists, the KR cache on disk) and results come
+back to the CPU as float32.
 """
 
 from __future__ import annotations
@@ -14,6 +20,38 @@ from tqdm.auto import tqdm
 
 from seqenc.model import TVMKA, KeyAggregator, TemporalValueModeler, pool_windows
 from seqenc.sequences import TokenizedSequences
+
+
+def model_device(module: torch.nn.Module) -> torch.device:
+    """The device of a module's parameters (its buffers' if it has none; CPU if neither)."""
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def model_dtype(module: torch.nn.Module) -> torch.dtype:
+    """The dtype of a module's floating-point parameters (float32 if it has none)."""
+    for tensor in module.parameters():
+        if tensor.is_floating_point():
+            return tensor.dtype
+    return torch.float32
+
+
+def to_model(batch, module: torch.nn.Module):
+    """``batch`` (a tensor, or a tuple / list of tensors and other values) on ``module``'s device;
+    floating-point tensors also in its dtype. Other values (e.g. a count) pass unchanged."""
+    device, dtype = model_device(module), model_dtype(module)
+
+    def move(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        return x.to(device, dtype) if x.is_floating_point() else x.to(device)
+
+    if isinstance(batch, tuple | list):
+        return type(batch)(move(x) for x in batch)
+    return move(batch)
 
 
 def pad_batch(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,10 +83,10 @@ def key_representations(
     data: TokenizedSequences,
     pad_id: int,
     batch_tokens: int = 32768,
-    device: str | torch.device = "cpu",
     progress: bool = True,
 ) -> torch.Tensor:
-    """KR(k) for every key row of ``data``: [n_key_rows, d_model] float32 on CPU.
+    """KR(k) for every key row of ``data``: [n_key_rows, d_model] float32 on CPU, computed
+    where the TVM is.
 
     The TVM runs in eval mode (no dropout, no DropHead); its training mode is restored after.
     """
@@ -59,7 +97,7 @@ def key_representations(
     for idx in tqdm(length_batches(lengths, batch_tokens), desc="key representations",
                     disable=not progress, leave=False):
         ids, mask = pad_batch([data.windows[i] for i in idx], pad_id)
-        cls_vectors[torch.as_tensor(idx)] = tvm.key_representations(ids.to(device), mask.to(device)).float().cpu()
+        cls_vectors[torch.as_tensor(idx)] = tvm.key_representations(*to_model((ids, mask), tvm)).float().cpu()
     tvm.train(was_training)
     return pool_windows(cls_vectors, torch.as_tensor(data.window_key), len(data.keys))
 
@@ -79,9 +117,9 @@ def gather_keys(kr: torch.Tensor, offsets: np.ndarray, seq_index: np.ndarray) ->
 @torch.no_grad()
 def ka_probabilities(
     ka: KeyAggregator, kr: torch.Tensor, data: TokenizedSequences, batch_size: int = 256,
-    device: str | torch.device = "cpu",
 ) -> np.ndarray:
-    """Class probabilities of every sequence of ``data`` given its KRs: [n_sequences, n_classes]."""
+    """Class probabilities of every sequence of ``data`` given its KRs (on the CPU, as cached):
+    [n_sequences, n_classes], computed where the KA is."""
     was_training = ka.training
     ka.eval()
     offsets = data.key_rows_of()
@@ -89,7 +127,7 @@ def ka_probabilities(
     for start in range(0, data.n_sequences, batch_size):
         idx = np.arange(start, min(start + batch_size, data.n_sequences))
         reprs, mask = gather_keys(kr, offsets, idx)
-        probs.append(ka(reprs.to(device), mask.to(device)).float().softmax(-1).cpu())
+        probs.append(ka(*to_model((reprs, mask), ka)).float().softmax(-1).cpu())
     ka.train(was_training)
     return torch.cat(probs).numpy() if probs else np.zeros((0, ka.config.n_classes))
 

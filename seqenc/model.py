@@ -245,6 +245,23 @@ def _unique_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         groups.setdefault(key, []).append(name)
     return {min(names): state[min(names)].detach().cpu().contiguous().clone() for names in groups.values()}
 
+
+def read_architecture(directory: str | Path) -> dict:
+    """``architecture.json`` of a saved model: ``{"class": name, "options": {...}}``; an error
+    naming the file when it is missing or not of that form."""
+    path = Path(directory) / "architecture.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: the directory does not say which model it holds")
+    try:
+        arch = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(arch, dict) or not isinstance(arch.get("class"), str) \
+            or not isinstance(arch.get("options", {}), dict):
+        raise ValueError(f"{path} must be a JSON object with a string 'class' and an object 'options'")
+    return {"class": arch["class"], "options": arch.get("options", {})}
+
+
 class SaveLoadMixin:
     """Hugging Face style persistence for every model of the package: a directory with
     ``config.json`` (the TVMKAConfig), ``model.safetensors``, ``architecture.json`` (class name
@@ -269,13 +286,15 @@ class SaveLoadMixin:
 
     @classmethod
     def from_pretrained(cls, directory: str | Path, map_location: str = "cpu"):
+        """Load a model of this class (seqenc.baselines.load_pretrained loads whichever class
+        the directory holds)."""
         directory = Path(directory)
         options = {}
         if (directory / "architecture.json").is_file():
-            arch = json.loads((directory / "architecture.json").read_text())
+            arch = read_architecture(directory)
             if arch["class"] != cls.__name__:
                 raise ValueError(f"{directory} holds a {arch['class']}, not a {cls.__name__}")
-            options = arch.get("options", {})
+            options = arch["options"]
         model = cls(TVMKAConfig.load(directory / "config.json"), **options)
         missing, unexpected = load_model(model, str(directory / "model.safetensors"), device=map_location)
         if missing or unexpected:

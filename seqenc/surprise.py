@@ -93,7 +93,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from seqenc.inference import length_batches, pad_batch
+from seqenc.inference import length_batches, pad_batch, to_model
 from seqenc.model import TemporalValueModeler
 from seqenc.sequences import TokenizedSequences, value_spans
 
@@ -137,12 +137,13 @@ def key_surprise(tvm: TemporalValueModeler, data: TokenizedSequences, mask_id: i
     for idx in tqdm(length_batches(lengths, batch_tokens), desc="value surprise", disable=not progress,
                     leave=False):
         ids, mask = pad_batch([rows[i] for i in idx], pad_id)
-        hidden = tvm(ids, mask)  # [B, L, d_model]
+        hidden = tvm(*to_model((ids, mask), tvm))  # [B, L, d_model], where the TVM is
         row = np.concatenate([np.full(spans[i][1] - spans[i][0], j) for j, i in enumerate(idx)])
         pos = np.concatenate([np.arange(*spans[i]) for i in idx])
         target = torch.as_tensor(np.concatenate([data.windows[window[i]][slice(*spans[i])] for i in idx]))
-        logits = tvm.mlm_logits(hidden[torch.as_tensor(row), torch.as_tensor(pos)])  # [masked tokens, vocab]
-        nll = -logits.float().log_softmax(-1).gather(1, target[:, None])[:, 0].numpy()
+        row, pos, on_model = to_model((torch.as_tensor(row), torch.as_tensor(pos), target), tvm)
+        logits = tvm.mlm_logits(hidden[row, pos])  # [masked tokens, vocab]
+        nll = -logits.float().log_softmax(-1).gather(1, on_model[:, None])[:, 0].cpu().numpy()
         # per masked token, the NLL it adds to each marker statistic (0 where it is no such marker)
         by_kind = np.stack([np.where(torch.isin(target, ids).numpy(), nll, 0.0) for ids in kind_ids], 1)
         start = 0

@@ -1,8 +1,8 @@
 """Batch scoring of ingest partitions (``seqenc score`` and the ``seqenc_batch_score`` DAG).
 
 :func:`score_partitions` scores every sequence of one ingest date (or of each date found) with one
-model -- a bundle directory or a registry URI such as ``models:/seqenc-anomaly@champion``
-(training.registry) -- and writes::
+model of any training mode -- a bundle directory or a registry URI such as
+``models:/seqenc-anomaly@champion`` (training.registry) -- and writes::
 
     <out>/date=<YYYY-MM-DD>/part-0.parquet
         sequence_id, score, label, prob_<class>..., model_name, model_version, model_uri
@@ -70,9 +70,8 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
         tracking.use_store(tracking_dir or out_dir)
     with tempfile.TemporaryDirectory(prefix="seqenc-score-") as tmp:
         resolved = resolve_model(model, tmp)
-        bundle = load_bundle(resolved.bundle)
-        meta = bundle[2]
-        source = _source_of(meta, source)
+        bundle = load_bundle(resolved.bundle)  # any training mode's model (training.scoring)
+        source = _source_of(bundle.meta, source)
         dates = [storage.ingest_date_str(d) for d in dates] if dates else storage.ingest_dates(data_root, source)
         if not dates:
             raise FileNotFoundError(f"no ingested objects of source {source!r} under {data_root}")
@@ -84,7 +83,7 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
             predictions = _predictions(bundle, objects, resolved, progress)
             path = Path(out_dir) / f"date={day}" / "part-0.parquet"
             storage.write_parquet_atomic(predictions, path)
-            summary = summarize(predictions, _reported_labels(bundle[0].config, predictions))
+            summary = summarize(predictions, _reported_labels(bundle.model.config, predictions))
             summary.update(date=day, source=source, predictions=str(path), model_uri=resolved.uri,
                            model_name=resolved.name, model_version=resolved.version)
             if track:
@@ -111,7 +110,7 @@ def _reported_labels(config, predictions: pl.DataFrame) -> list[str]:
 
 def _predictions(bundle, objects: pl.DataFrame, resolved, progress: bool) -> pl.DataFrame:
     if objects.is_empty():
-        config = bundle[0].config
+        config = bundle.model.config
         frame = pl.DataFrame({"sequence_id": [], "score": [], "prediction": []},
                              schema={"sequence_id": pl.String, "score": pl.Float64, "prediction": pl.String})
         if config.task == "next_item":

@@ -31,12 +31,10 @@ from seqenc.baselines import (
     JointTVMKA,
     ObjectSequences,
     RecordViewEncoder,
-    flattened_batch,
-    joint_inputs,
     plain_config,
-    record_batch,
 )
 from seqenc.config import TVMKAConfig
+from seqenc.inference import to_model
 from seqenc.pretrained import load_bert_encoder
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
@@ -79,8 +77,9 @@ class EndToEndTrainer(PhasedTrainer):
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.batch_size, len(train_idx)), replace=False)
                 batch = shard(batch, self.rank, self.world)
-                logits = self.model(*self.inputs(batch.tolist()))
-                loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
+                inputs = to_model(self.inputs(batch.tolist()), self.model)
+                labels, weights = to_model((torch.as_tensor(self.y[batch]), self.weights), self.model)
+                loss = F.cross_entropy(self.model(*inputs), labels, weight=weights)
                 engine.backward(loss / self.cfg.grad_accum)
                 loss_sum += loss.item() / self.cfg.grad_accum
             self.update(engine, {"train/task_loss": loss_sum}, after=lambda: self.maybe_eval(steps, round_no))
@@ -90,26 +89,24 @@ class EndToEndTrainer(PhasedTrainer):
         self.model.eval()
         n = len(self.y)
         size = max(1, self.cfg.batch_size * 2)
-        parts = [torch.softmax(self.model(*self.inputs(list(range(i, min(i + size, n))))), -1)
-                 for i in range(0, n, size)]
-        return torch.cat(parts).float().numpy()
+        parts = [torch.softmax(self.model(*to_model(self.inputs(list(range(i, min(i + size, n)))), self.model)), -1)
+                 .float().cpu() for i in range(0, n, size)]
+        return torch.cat(parts).numpy()
 
     def rng_sources(self):
         return {}, {"batches": self.rng}
 
 
-# record_view: tokens kept per object (an HDFS line is ~20 tokens of keys and values)
-RECORD_OBJECT_TOKENS = 64
-
-
 def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, tok: ValueTokenizer,
                      objects: pl.DataFrame, exclude_keys: tuple[str, ...] = (), pretrained: str | None = None):
     """The end-to-end model of ``mode`` (same width and depth as the TVM, every head private)
-    and its ``inputs(index)`` function over the sequences of ``data``, in the same order.
+    and its ``inputs(index)`` function over the sequences of ``data``, in the same order: the
+    model's own ``batch_inputs``, which training.scoring calls the same way when it scores.
     ``objects`` (long form) feed the object-level models; ``joint`` reads the windows of ``data``."""
     plain = plain_config(config)
     if mode == "joint":
-        return JointTVMKA(plain), lambda idx: joint_inputs(data, idx, tok.pad_id)
+        model = JointTVMKA(plain)
+        return model, lambda idx: model.batch_inputs(data, idx, tok)
     objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
     by_id = ObjectSequences.from_objects(objects, tok, exclude_keys)
     position = {s: i for i, s in enumerate(by_id.sequence_ids)}
@@ -118,8 +115,8 @@ def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, t
         model = FlattenedEncoder(plain)
         if pretrained:
             load_bert_encoder(model.embeddings, model.encoder, model.config, pretrained)
-        return model, lambda idx: flattened_batch(seqs, idx, tok, plain.max_positions)
+        return model, lambda idx: model.batch_inputs(seqs, idx, tok)
     if mode == "record_view":
         model = RecordViewEncoder(plain, "pool")
-        return model, lambda idx: record_batch(seqs, idx, tok, plain.max_positions, RECORD_OBJECT_TOKENS)
+        return model, lambda idx: model.batch_inputs(seqs, idx, tok)
     raise ValueError(f"no comparison model for mode {mode!r}")

@@ -16,6 +16,24 @@ import os
 import torch
 
 
+def training_device(requested: str = "auto") -> torch.device:
+    """Where a trainer without DeepSpeed puts its model: the one place that decides (choice:
+    ``"auto"`` is the first CUDA device when there is one, else the CPU; MPS only when asked
+    for). Every batch then follows the model (seqenc.inference.to_model). Under DeepSpeed the
+    engine moves the model to its accelerator's device for this rank instead."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(requested)
+    except RuntimeError as exc:
+        raise ValueError(f"device {requested!r} is not a torch device (e.g. auto, cpu, cuda, cuda:1)") from exc
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {requested!r} asked for, but torch sees no CUDA device; use auto or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {requested!r} asked for, but MPS is not available; use auto or cpu")
+    return device
+
+
 def lr_factor(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / warmup

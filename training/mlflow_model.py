@@ -2,10 +2,13 @@
 the model and runs it to load; the weights stay our safetensors + JSON config, nothing is
 pickled).
 
-Input: long-form objects (a pandas DataFrame with ``sequence_id, step, key, value`` and, for
-log tasks, ``template_id``); output: one row per sequence with ``sequence_id, score,
-prediction, prob_<class>...`` (training.scoring.score_objects). Loading needs the seqenc
-distribution installed (the model's requirements name it).
+Every training mode's bundle loads and scores here (interleaved / no_interleave TVM-KA and the
+end-to-end joint, flattened and record_view models: training.scoring.load_bundle picks the class
+the bundle's architecture.json names). Input: long-form objects (a pandas DataFrame with
+``sequence_id, step, key, value`` and, for log tasks, ``template_id``); output: one row per
+sequence with ``sequence_id, score, prediction, prob_<class>...`` (training.scoring.score_objects,
+which builds each model's input as its training did). Loading needs the seqenc distribution
+installed (the model's requirements name it).
 """
 
 import mlflow

@@ -9,7 +9,8 @@ One night, one task:
    the shared MLflow store and registered as a new version of ``seqenc-<task>``. Work files go
    to ``<workdir>/nightly/<task>/<date>/``, replaced when the night is run again.
 2. :func:`promote_if_better` -- the new version and the current ``champion`` are scored by the
-   same code (training.scoring.score_objects) on the *same* dev sequences, tonight's; the alias
+   same code (training.scoring.score_objects, whatever mode trained either of them: each model
+   reads its own kind of input) on the *same* dev sequences, tonight's; the alias
    moves to the new version only when it beats the champion by more than ``min_delta``.
    Otherwise nothing moves and the reason is recorded: tags ``promotion`` and
    ``promotion_reason`` on the model version and on its training run, metrics
@@ -41,7 +42,7 @@ from training import tracking
 from training.metrics import ranking_metrics_of_lists
 from training.pipeline import TASKS, stage_sequences, stage_train
 from training.registry import CHAMPION, NoChampionError, resolve_model
-from training.scoring import load_bundle, score_objects
+from training.scoring import Bundle, load_bundle, score_objects
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +106,10 @@ def promotion_score(task: str, y: np.ndarray, probs: np.ndarray) -> float:
     return float(f1_score(y, probs.argmax(axis=1), average="macro", zero_division=0))
 
 
-def dev_score(bundle, objects: pl.DataFrame, dev: pl.DataFrame, class_names: list[str]) -> float:
-    """Score ``dev``'s sequences (``sequence_id, label``) with a loaded bundle; the promotion metric."""
-    model, _, _ = bundle
+def dev_score(bundle: Bundle, objects: pl.DataFrame, dev: pl.DataFrame, class_names: list[str]) -> float:
+    """Score ``dev``'s sequences (``sequence_id, label``) with a loaded bundle of any mode; the
+    promotion metric."""
+    model = bundle.model
     pred = score_objects(bundle, objects, progress=False).join(dev, on="sequence_id", how="inner")
     if model.config.task == "next_item":
         return ranking_metrics_of_lists(pred["label"].to_list(), pred["top_items"].to_list())["recall_at_10"]

@@ -18,17 +18,32 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from training.checkpoint import Checkpointer, restore_rng, rng_state
-from training.engines import data_parallel, mean_over_ranks
+from training.engines import data_parallel, mean_over_ranks, training_device
 from training.metrics import best_threshold, headline, split_metrics
 
 log = logging.getLogger(__name__)
+
+
+# train config fields a resumed run may change: where it runs is not what it computes
+RESUMABLE_CHANGES = ("device",)
+
+
+def same_run(saved: dict, cfg) -> bool:
+    """Whether a checkpoint's train config is the one of ``cfg`` (a dataclass): equal but for
+    RESUMABLE_CHANGES; a field the checkpoint predates counts as that field's default."""
+    for f in fields(cfg):
+        if f.name not in saved and f.default is not MISSING:
+            saved = saved | {f.name: f.default}
+    current = asdict(cfg)
+    return set(saved) == set(current) and all(saved[k] == v for k, v in current.items()
+                                              if k not in RESUMABLE_CHANGES)
 
 
 class PhasedTrainer:
@@ -50,6 +65,11 @@ class PhasedTrainer:
         self.phase = self.phase_step = 0
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self.rank, self.world = data_parallel(cfg.deepspeed)  # (0, 1) without DeepSpeed
+        if cfg.deepspeed is None:
+            model.to(training_device(cfg.device))  # before the engines: their optimizers hold these parameters
+        elif cfg.device != "auto":
+            raise ValueError(f"device={cfg.device!r}: under DeepSpeed the accelerator of each rank decides "
+                             "(set DS_ACCELERATOR / the launcher's devices); leave device at 'auto'")
         ckpt_dir = self.workdir / "checkpoints"
         self.checkpoints = Checkpointer(ckpt_dir / f"rank-{self.rank}" if self.world > 1 else ckpt_dir)
         self.engines: dict = {}  # name -> engine (training.engines), set by the subclass
@@ -159,7 +179,7 @@ class PhasedTrainer:
         if path is None:
             return False
         state = Checkpointer.load(path, {"model": self.model})
-        if state["train_config"] != asdict(self.cfg):
+        if not same_run(state["train_config"], self.cfg):
             raise ValueError(f"checkpoint {path} was written with a different train config")
         pos = state["position"]
         self.phase, self.phase_step, self.step = pos["phase"], pos["phase_step"], pos["step"]

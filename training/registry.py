@@ -7,9 +7,10 @@ scoring uses; seqenc_nightly_training moves it only when a new version beats it 
 
 ``resolve_model`` accepts what a user types after ``--model``:
 
-* a bundle directory (``config.json`` + ``model.safetensors`` + ``tokenizer.json`` +
-  ``metadata.json``, training.scoring; plus ``numeric_bins.json`` when the model uses numeric
-  bins -- a URI downloads the whole ``artifacts/bundle`` folder, so it comes along);
+* a bundle directory of any training mode (``config.json`` + ``model.safetensors`` +
+  ``architecture.json`` + ``tokenizer.json`` + ``metadata.json``, training.scoring; plus
+  ``numeric_bins.json`` when the model uses numeric bins -- a URI downloads the whole
+  ``artifacts/bundle`` folder, so it comes along);
 * ``models:/<name>@<alias>``, ``models:/<name>/<version>`` or ``runs:/<run_id>/model``.
 
 Choice: for URIs only the bundle's files (safetensors + JSON) are downloaded, from the logged
@@ -29,7 +30,7 @@ import mlflow
 log = logging.getLogger(__name__)
 
 CHAMPION = "champion"
-BUNDLE_FILES = ("config.json", "model.safetensors", "tokenizer.json", "metadata.json")
+BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
 
 
 class NoChampionError(LookupError):

@@ -1,12 +1,29 @@
-"""Model bundles and batch scoring.
+"""Model bundles and batch scoring, for every training mode.
 
-A model bundle is one directory: ``config.json`` + ``model.safetensors`` (the TVM-KA weights,
-see :meth:`seqenc.model.TVMKA.save_pretrained`), ``tokenizer.json`` (with ``numeric_bins.json``
-beside it when the tokenizer has numeric bins) and ``metadata.json``
-(task, class names, decision threshold, keys left out of the value sequences, and the fitted
-``surprise`` scorer when the model was trained with ``surprise_scoring``, seqenc.surprise;
-value-link markers, seqenc.links, live in ``tokenizer.json``). Nothing in it is pickled. :func:`score_objects` turns long-form objects into predictions with it: the same code
-serves the demo, the CLI and the Airflow tasks.
+A model bundle is one directory: ``config.json`` + ``model.safetensors`` + ``architecture.json``
+(which model class it holds and that class's options, see
+:meth:`seqenc.model.SaveLoadMixin.save_pretrained`), ``tokenizer.json`` (with
+``numeric_bins.json`` beside it when the tokenizer has numeric bins) and ``metadata.json``
+(task, training mode, decision threshold, how the objects became the model's input --
+``event_key``, ``exclude_keys`` --, and the fitted ``surprise`` scorer when the model was
+trained with ``surprise_scoring``, seqenc.surprise; value-link markers, seqenc.links, live in
+``tokenizer.json``). Nothing in it is pickled.
+
+Every mode's bundle loads (:func:`load_bundle`) and scores (:func:`score_objects`) the same way;
+the one difference is the input each model reads, built by the functions training built it with:
+
+* ``interleaved`` / ``no_interleave`` (:class:`~seqenc.model.TVMKA`): S(k) windows, KRs batched by
+  length, then the KA (seqenc.inference.predict_proba), plus the surprise when trained with it;
+* ``joint`` (:class:`~seqenc.baselines.JointTVMKA`): the same windows, one batch of sequences at
+  a time through its end-to-end forward;
+* ``flattened`` / ``record_view`` (:class:`~seqenc.baselines.FlattenedEncoder`,
+  :class:`~seqenc.baselines.RecordViewEncoder`): the tokenised objects
+  (seqenc.baselines.ObjectSequences), cut by the model's own ``batch_inputs`` exactly as in
+  training (its limits are saved with it: ``max_positions`` in config.json, the record view's
+  ``max_object_tokens`` in architecture.json).
+
+The same code serves the demo, ``seqenc score`` (training.batch_score), the MLflow pyfunc
+(training.mlflow_model) and champion promotion (training.nightly).
 """
 
 from __future__ import annotations
@@ -14,12 +31,24 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import polars as pl
+from torch import nn
 
+from seqenc.baselines import (
+    END_TO_END_MODELS,
+    MODEL_CLASSES,
+    FlattenedEncoder,
+    JointTVMKA,
+    ObjectSequences,
+    RecordViewEncoder,
+    end_to_end_proba,
+    load_pretrained,
+)
 from seqenc.inference import predict_proba
-from seqenc.model import TVMKA
+from seqenc.model import TVMKA, read_architecture
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
@@ -27,23 +56,77 @@ from training.metrics import predict
 
 log = logging.getLogger(__name__)
 
+BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
+# the model class each training mode saves (training.pipeline.stage_train)
+MODE_ARCHITECTURE = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA,
+                     "flattened": FlattenedEncoder, "record_view": RecordViewEncoder}
+END_TO_END_BATCH = 32  # sequences per forward pass of an end-to-end model (its trainer evaluates 2 x 16)
 
-def save_bundle(model: TVMKA, tok: ValueTokenizer, metadata: dict, directory: str | Path) -> Path:
+
+class Bundle(NamedTuple):
+    """A loaded bundle; unpacks as ``model, tok, meta``."""
+
+    model: nn.Module  # TVMKA, JointTVMKA, FlattenedEncoder or RecordViewEncoder, in eval mode
+    tok: ValueTokenizer
+    meta: dict
+
+
+def save_bundle(model: nn.Module, tok: ValueTokenizer, metadata: dict, directory: str | Path) -> Path:
+    """Any of the MODEL_CLASSES with its tokenizer and metadata (see the module docstring)."""
+    if type(model).__name__ not in MODEL_CLASSES:
+        raise TypeError(f"a bundle holds one of {sorted(MODEL_CLASSES)}, not a {type(model).__name__}")
     directory = Path(directory)
     model.save_pretrained(directory, extra=metadata)
     tok.save(directory / "tokenizer.json")
     return directory
 
 
-def load_bundle(directory: str | Path) -> tuple[TVMKA, ValueTokenizer, dict]:
+def load_bundle(directory: str | Path) -> Bundle:
+    """The model of whichever class the bundle's ``architecture.json`` names (safetensors + JSON
+    only), its tokenizer and metadata. A bundle whose metadata names a training mode of another
+    architecture is refused."""
     directory = Path(directory)
-    for name in ("config.json", "model.safetensors", "tokenizer.json", "metadata.json"):
+    for name in BUNDLE_FILES:
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory} is not a seqenc model bundle: {name} is missing")
-    model = TVMKA.from_pretrained(directory)
+    meta = json.loads((directory / "metadata.json").read_text())
+    held, expected = read_architecture(directory)["class"], MODE_ARCHITECTURE.get(meta.get("mode"))
+    if expected is not None and held in MODEL_CLASSES and held != expected.__name__:  # unknown: load_pretrained says
+        raise ValueError(f"{directory}: metadata.json says mode {meta['mode']!r} ({expected.__name__}), but "
+                         f"architecture.json names a {held}")
+    model = load_pretrained(directory)
     model.eval()
-    tok = ValueTokenizer.from_file(directory / "tokenizer.json")
-    return model, tok, json.loads((directory / "metadata.json").read_text())
+    log.info("loaded %s (%s, mode %s) from %s", type(model).__name__, model.config.task, meta.get("mode"), directory)
+    return Bundle(model, ValueTokenizer.from_file(directory / "tokenizer.json"), meta)
+
+
+def model_inputs(bundle: Bundle, objects: pl.DataFrame):
+    """Long-form objects -> what the bundle's model reads, as training built it: the S(k)
+    windows (seqenc.sequences.TokenizedSequences) or the tokenised objects
+    (seqenc.baselines.ObjectSequences) of every sequence."""
+    model, tok, meta = bundle
+    if meta.get("event_key"):
+        objects = with_event_key(objects)
+    exclude_keys = tuple(meta.get("exclude_keys", ()))
+    if isinstance(model, FlattenedEncoder | RecordViewEncoder):
+        return ObjectSequences.from_objects(objects, tok, exclude_keys)
+    config = model.config
+    return tokenize_value_sequences(collect_value_sequences(objects, exclude_keys), tok, config.max_positions,
+                                    config.long_sequences, config.max_windows)
+
+
+def model_probabilities(bundle: Bundle, objects: pl.DataFrame, progress: bool = True) -> tuple[list[str], np.ndarray]:
+    """(sequence ids, class probabilities [n_sequences, n_classes]) of the sequences in ``objects``."""
+    model, tok, meta = bundle
+    data = model_inputs(bundle, objects)
+    if isinstance(model, END_TO_END_MODELS):  # JointTVMKA first: it is a TVMKA too
+        return list(data.sequence_ids), end_to_end_proba(model, data, tok, END_TO_END_BATCH, progress)
+    probs = predict_proba(model, data, tok.pad_id, progress=progress)
+    if meta.get("surprise"):  # trained with surprise_scoring: combine as the trainer did
+        stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_kinds,
+                             progress=progress)
+        probs = SurpriseScorer.from_dict(meta["surprise"]).combine(probs, stats, data)
+    return list(data.sequence_ids), probs
 
 
 TOP_ITEMS = 10  # next_item: ranked items per sequence in a predictions file (recall@1/5/10)
@@ -53,29 +136,21 @@ def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl
     """Long-form objects -> one row per sequence: sequence_id, score, prediction, then
     prob_<class>... (binary, C-way) or top_items, top_scores (next_item).
 
-    ``model_dir`` is a bundle directory or an already loaded ``load_bundle`` triple. ``score``
-    is P(positive class) for a binary task and the winning class's probability otherwise;
-    ``prediction`` is the class name (threshold from the bundle for binary tasks). For next_item
-    a column per catalogue item would not scale (the paper's catalogue has 3,212 products), so
-    the row carries the ``TOP_ITEMS`` best items, best first, and their probabilities.
+    ``model_dir`` is a bundle directory or an already loaded :class:`Bundle` (or ``model, tok,
+    meta`` triple) of any training mode. ``score`` is P(positive class) for a binary task and the
+    winning class's probability otherwise; ``prediction`` is the class name (threshold from the
+    bundle for binary tasks). For next_item a column per catalogue item would not scale (the
+    paper's catalogue has 3,212 products), so the row carries the ``TOP_ITEMS`` best items, best
+    first, and their probabilities.
     """
-    model, tok, meta = model_dir if isinstance(model_dir, tuple) else load_bundle(model_dir)
-    config = model.config
-    if meta.get("event_key"):
-        objects = with_event_key(objects)
-    sequences = collect_value_sequences(objects, tuple(meta.get("exclude_keys", ())))
-    data = tokenize_value_sequences(sequences, tok, config.max_positions, config.long_sequences,
-                                    config.max_windows)
-    probs = predict_proba(model, data, tok.pad_id, progress=progress)
-    if meta.get("surprise"):  # trained with surprise_scoring: combine as the trainer did
-        stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_kinds,
-                             progress=progress)
-        probs = SurpriseScorer.from_dict(meta["surprise"]).combine(probs, stats, data)
+    bundle = Bundle(*model_dir) if isinstance(model_dir, tuple) else load_bundle(model_dir)
+    config, meta = bundle.model.config, bundle.meta
+    sequence_ids, probs = model_probabilities(bundle, objects, progress)
     pred = predict(probs, config.task, meta.get("threshold", 0.5))
     names = config.class_names or [str(i) for i in range(config.n_classes)]
     score = probs[:, 1] if config.task == "binary" else probs.max(axis=1)
     columns = {
-        "sequence_id": data.sequence_ids,
+        "sequence_id": sequence_ids,
         "score": score.astype(np.float64),
         "prediction": [names[i] for i in pred],
     }

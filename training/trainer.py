@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
-from seqenc.inference import gather_keys, ka_probabilities, key_representations
+from seqenc.inference import gather_keys, ka_probabilities, key_representations, to_model
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import SurpriseScorer, key_surprise
@@ -85,6 +85,7 @@ class TrainConfig:
     batch_size: int = 16  # end-to-end modes: sequences per update
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.data)
     mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
+    device: str = "auto"  # where the model trains: "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -203,7 +204,8 @@ class InterleavedTrainer(PhasedTrainer):
             self.model.train()
             metrics = {}
             for _ in range(self.cfg.grad_accum):
-                losses = self.model.tvm.mlm_loss(*shard(next(self.mlm), self.rank, self.world))
+                batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
+                losses = self.model.tvm.mlm_loss(*batch)
                 losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
                                   else (losses,)))
                 self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
@@ -228,9 +230,9 @@ class InterleavedTrainer(PhasedTrainer):
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.ka_batch_size, len(train_idx)), replace=False)
                 batch = shard(batch, self.rank, self.world)
-                reprs, mask = gather_keys(self.kr, offsets, batch)
-                logits = self.model.ka(reprs, mask)
-                loss = F.cross_entropy(logits, torch.as_tensor(self.y[batch]), weight=self.weights)
+                reprs, mask, labels, weights = to_model((*gather_keys(self.kr, offsets, batch),
+                                                         torch.as_tensor(self.y[batch]), self.weights), self.model.ka)
+                loss = F.cross_entropy(self.model.ka(reprs, mask), labels, weight=weights)
                 self.engines["ka"].backward(loss / self.cfg.grad_accum)
                 losses.append(loss.item() / self.cfg.grad_accum)
             self.update(self.engines["ka"], {"train/task_loss": sum(losses)},

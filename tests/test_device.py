@@ -1,0 +1,112 @@
+"""Batches, caches and masks follow the model: device and dtype are decided in one place.
+
+Every tensor that reaches a network's forward is checked by a forward pre-hook against the
+network's own parameters (device and floating dtype). On a CPU-only machine the device part is
+trivially met, so the model is also run in float64: a batch built on the side (float32 KRs
+from the cache, float32 class weights) would then reach the network in the wrong dtype, which
+the hooks catch -- the same path that moves it to a GPU. With CUDA present the same training
+and scoring run on the GPU (``test_training_and_scoring_on_cuda``).
+"""
+
+import numpy as np
+import pytest
+import torch
+from test_trainer import build, toy_objects
+
+from seqenc.inference import model_device, model_dtype, predict_proba, to_model
+from training.end_to_end import EndToEndTrainer, comparison_model
+from training.engines import training_device
+from training.trainer import InterleavedTrainer
+
+
+def watch_inputs(network: torch.nn.Module) -> list[int]:
+    """Assert on every forward call of ``network`` (and its direct sub-networks) that each
+    tensor argument sits on the network's device, floating ones in its dtype; returns a list
+    that grows by one per checked call."""
+    calls: list[int] = []
+
+    def check(module, args, kwargs):
+        device, dtype = model_device(module), model_dtype(module)
+        for x in (*args, *kwargs.values()):
+            if isinstance(x, torch.Tensor):
+                assert x.device == device, f"{type(module).__name__}: input on {x.device}, model on {device}"
+                if x.is_floating_point():
+                    assert x.dtype == dtype, f"{type(module).__name__}: input {x.dtype}, model {dtype}"
+        calls.append(1)
+
+    for module in (network, *network.children()):
+        if any(True for _ in module.parameters()):
+            module.register_forward_pre_hook(check, with_kwargs=True)
+    return calls
+
+
+def test_to_model_moves_tensors_and_casts_floats_only():
+    net = torch.nn.Linear(2, 2).double()
+    ids, x, n = to_model((torch.ones(2, dtype=torch.long), torch.ones(2), 3), net)
+    assert ids.dtype == torch.long and x.dtype == torch.float64 and n == 3
+    assert to_model([None, torch.zeros(1)], net)[0] is None
+    assert model_device(torch.nn.Module()) == torch.device("cpu")
+
+
+def test_training_device_is_decided_in_one_place():
+    assert training_device("cpu") == torch.device("cpu")
+    assert training_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="not a torch device"):
+        training_device("gpu0")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            training_device("cuda")
+
+
+def test_interleaved_batches_follow_the_model(tmp_path):
+    """TVM MLM steps, KR refreshes, KA steps, the surprise and evaluation, in float64."""
+    model, tok, data, y, splits, cfg = build(pretrain_steps=4, rounds=1, tvm_steps_per_round=4, device="cpu",
+                                             mlm_sequences="normal")
+    model.config.surprise_scoring = True
+    model.double()
+    calls = {"tvm": watch_inputs(model.tvm), "ka": watch_inputs(model.ka)}
+    result = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False).fit()
+    assert np.isfinite(result["probs"]).all() and result["probs"].shape == (data.n_sequences, 2)
+    assert len(calls["tvm"]) > 8 and len(calls["ka"]) > 2
+    assert model_dtype(model) == torch.float64  # nothing cast the model back
+    probs = predict_proba(model, data, tok.pad_id, progress=False)  # the scoring path
+    assert probs.shape == (data.n_sequences, 2)
+
+
+@pytest.mark.parametrize("mode", ["joint", "flattened", "record_view"])
+def test_end_to_end_batches_follow_the_model(tmp_path, mode):
+    model, tok, data, y, splits, cfg = build(rounds=1, mode=mode, task_steps=3, batch_size=8, device="cpu")
+    objects, _ = toy_objects()
+    e2e, inputs = comparison_model(mode, model.config, data, tok, objects)
+    e2e.double()
+    calls = watch_inputs(e2e)
+    result = EndToEndTrainer(e2e, inputs, y, splits, cfg, tmp_path, "binary", 2, progress=False).fit()
+    assert np.isfinite(result["probs"]).all()
+    assert len(calls) >= 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")
+def test_training_and_scoring_on_cuda(tmp_path):
+    model, tok, data, y, splits, cfg = build(pretrain_steps=4, rounds=1, tvm_steps_per_round=4, device="cuda")
+    calls = {"tvm": watch_inputs(model.tvm), "ka": watch_inputs(model.ka)}
+    result = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False).fit()
+    assert model_device(model).type == "cuda" and len(calls["tvm"]) > 8 and len(calls["ka"]) > 2
+    on_gpu = predict_proba(model, data, tok.pad_id, progress=False)
+    np.testing.assert_allclose(on_gpu, result["probs"], atol=1e-5)
+    on_cpu = predict_proba(model.cpu(), data, tok.pad_id, progress=False)
+    np.testing.assert_allclose(on_cpu, on_gpu, atol=1e-3)
+
+
+def test_a_checkpoint_resumes_on_another_device_but_not_with_another_config():
+    from dataclasses import asdict
+
+    from training.phased import same_run
+    from training.trainer import TrainConfig
+
+    cfg = TrainConfig(device="cpu")
+    saved = asdict(TrainConfig(device="cuda"))
+    assert same_run(saved, cfg)  # where it ran is not what it computes
+    older = {k: v for k, v in saved.items() if k != "device"}  # written before the field existed
+    assert same_run(older, cfg)
+    assert not same_run(saved | {"lr_ka": 1.0}, cfg)
+    assert not same_run(saved | {"unknown_field": 1}, cfg)
