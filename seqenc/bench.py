@@ -6,8 +6,15 @@ encoded two ways, same width and depth (default d_model 256, 4 layers, 8 heads),
 * ``tvmka``: the production path -- S(k) for every key, cut into 512-token windows
   (seqenc.sequences), KR(k) from the TVM in length-sorted batches (seqenc.inference), then the KA.
   Work grows linearly in N: the windows of one key are independent.
-* ``flattened``: all objects flattened into *one* dense BERT input (seqenc.baselines, no 512
-  cut, positions as many as tokens). Attention cost grows with the square of the length.
+* ``flattened_truncated``: the flattened baseline *as it is trained* (seqenc.baselines
+  ``flatten_objects``, training/end_to_end.py): the most recent whole objects that fit in
+  ``window`` tokens (512 by default: ``max_positions``), one dense BERT input. Its cost stops
+  growing once N passes the window -- it simply reads less of the sequence (``objects_kept``
+  of ``n_objects``; ``truncated`` true).
+* ``flattened_full``: all objects flattened into *one* dense BERT input, no cut (positions as
+  many as tokens; ``truncated`` false): what reading the whole sequence densely costs.
+  Attention cost grows with the square of the length. (Before issue 21 this row was named
+  ``flattened``.)
 
 The machine may be shared and noisy: each row makes up to ``repeat`` passes (default 3, fewer
 once ``repeat_budget_s`` = 60 s are spent) and reports the fastest as ``seconds`` (all in
@@ -24,8 +31,14 @@ down. The parent watches the child's resident memory and wall time:
   first), or a smaller N of the same model and K already failed;
 * ``ok``.
 
+Every row carries ``predicted``: false when it was run (its seconds and MB are measured), true
+when nothing was run (its status, and seconds / MB when present, are extrapolations). The
+summary's entries taken from a row carry that row's ``predicted`` too; the Markdown table
+writes ``(pred.)`` beside every predicted cell and the plot draws predicted points hollow.
+
 Output: ``{"rows": [{"model", "n_objects", "n_keys", "tokens", "seconds", "peak_mb", "status",
-...}], "summary": {...}, "settings": {...}}``, a Markdown table beside the JSON (``.md``) and a
+"predicted", ...}], "summary": {...}, "settings": {...}}`` (flattened rows add ``truncated``,
+``max_tokens`` and, when measured, ``objects_kept``), a Markdown table beside the JSON (``.md``) and a
 log-log plot of seconds against N (``.png``).
 """
 
@@ -43,7 +56,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-MODELS = ("tvmka", "flattened")
+MODELS = ("tvmka", "flattened_truncated", "flattened_full")
+FLATTENED = ("flattened_truncated", "flattened_full")
 
 
 @dataclass
@@ -121,7 +135,7 @@ def run_row(model: str, n_objects: int, n_keys: int, s: ModelBenchSettings) -> d
             kr = key_representations(net.tvm, data, pad, batch_tokens=s.batch_tokens, progress=False)
             net.ka(kr[None], torch.ones(1, len(keys), dtype=torch.bool))
             return sum(len(w) for w in windows), len(windows)
-    elif model == "flattened":
+    elif model in FLATTENED:
         objects = []
         for i in range(n_objects):
             ids, types = [], []
@@ -129,12 +143,16 @@ def run_row(model: str, n_objects: int, n_keys: int, s: ModelBenchSettings) -> d
                 ids += k + vs[i]
                 types += [0] * len(k) + [1] * len(vs[i])
             objects.append((ids, types))
-        n_tokens = 1 + sum(len(o[0]) + 1 for o in objects)
+        whole = 1 + sum(len(o[0]) + 1 for o in objects)
+        n_tokens = s.window if model == "flattened_truncated" else whole
         net = FlattenedEncoder(TVMKAConfig(**base, max_positions=n_tokens)).eval()
+        kept = []
 
         def forward():
             ids, types, dropped = flatten_objects(objects, cls_id, sep_id, n_tokens)
-            assert dropped == 0
+            if dropped and model == "flattened_full":
+                raise RuntimeError(f"flattened_full dropped {dropped} objects")  # sized to hold them all
+            kept.append(n_objects - dropped)
             ids_t, types_t = torch.tensor([ids]), torch.tensor([types])
             net(ids_t, types_t, torch.ones_like(ids_t, dtype=torch.bool))
             return len(ids), 1
@@ -150,9 +168,12 @@ def run_row(model: str, n_objects: int, n_keys: int, s: ModelBenchSettings) -> d
             passes.append(time.perf_counter() - t0)
     seconds = min(passes)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return {"model": model, "n_objects": n_objects, "n_keys": n_keys, "tokens": tokens,
-            "seconds": round(seconds, 4), "peak_mb": round(peak_mb, 1), "baseline_mb": round(baseline_mb, 1),
-            "inputs": n_inputs, "threads": torch.get_num_threads(), "passes": [round(p, 4) for p in passes]}
+    row = {"model": model, "n_objects": n_objects, "n_keys": n_keys, "tokens": tokens,
+           "seconds": round(seconds, 4), "peak_mb": round(peak_mb, 1), "baseline_mb": round(baseline_mb, 1),
+           "inputs": n_inputs, "threads": torch.get_num_threads(), "passes": [round(p, 4) for p in passes]}
+    if model in FLATTENED:
+        row["objects_kept"] = kept[-1]
+    return row
 
 
 # --- the parent: isolation, limits, prediction -----------------------------------------------------
@@ -193,8 +214,12 @@ def run_isolated(argv: list[str], max_mb: float, max_seconds: float, poll: float
 
 def expected_tokens(model: str, n_objects: int, n_keys: int, s: ModelBenchSettings) -> int:
     per_value = s.tokens_per_value + 1  # value tokens + [VAL_SEP] (tvmka) or key token (flattened)
-    if model == "flattened":
-        return 1 + n_objects * (n_keys * per_value + 1)
+    per_object = n_keys * per_value + 1  # + [SEP]
+    if model == "flattened_full":
+        return 1 + n_objects * per_object
+    if model == "flattened_truncated":  # [CLS] + the most recent whole objects that fit (flatten_objects)
+        fit = min(n_objects, (s.window - 1) // per_object)
+        return 1 + fit * per_object if fit else s.window  # one over-long object is cut to the window
     return n_keys * (2 + n_objects * per_value)  # before window prefixes are repeated
 
 
@@ -210,8 +235,8 @@ def _predict(model: str, tokens: int, done: list[dict], backend: str = "sdpa") -
         return None
     ref = max(ok, key=lambda r: r["tokens"])
     ratio = tokens / ref["tokens"]
-    time_scale = ratio ** 2 if model == "flattened" else ratio
-    mem_scale = ratio ** 2 if (model == "flattened" and backend == "eager") else ratio
+    time_scale = ratio ** 2 if model in FLATTENED else ratio
+    mem_scale = ratio ** 2 if (model in FLATTENED and backend == "eager") else ratio
     return ref["seconds"] * time_scale, ref["baseline_mb"] + (ref["peak_mb"] - ref["baseline_mb"]) * mem_scale
 
 
@@ -225,6 +250,9 @@ def bench_model(s: ModelBenchSettings, progress: bool = True) -> dict:
         tokens = expected_tokens(model, n, k, s)
         row = {"model": model, "n_objects": n, "n_keys": k, "tokens": tokens, "seconds": None,
                "peak_mb": None, "status": None, "predicted": False}
+        if model in FLATTENED:
+            row.update(truncated=model == "flattened_truncated",
+                       max_tokens=s.window if model == "flattened_truncated" else tokens)
         if any(r["status"] in ("oom", "over_limit") for r in same):
             row.update(status=next(r["status"] for r in same if r["status"] in ("oom", "over_limit")),
                        predicted=True)  # a smaller N of this model and K already failed
@@ -247,6 +275,10 @@ def bench_model(s: ModelBenchSettings, progress: bool = True) -> dict:
 
 
 def summarise(rows: list[dict]) -> dict:
+    """Headline figures from the rows; an entry taken from a row carries its ``predicted``.
+
+    The N-ratio of TVM-KA uses measured (``ok``) rows only; a first failure may be predicted."""
+
     def find(model, n, k):
         return next((r for r in rows if (r["model"], r["n_objects"], r["n_keys"]) == (model, n, k)), None)
 
@@ -256,26 +288,31 @@ def summarise(rows: list[dict]) -> dict:
         out["tvmka_seconds_ratio_n3000_over_n1000_k25"] = round(b["seconds"] / a["seconds"], 3)
     big = find("tvmka", 3000, 100)
     if big:
-        out["tvmka_n3000_k100"] = {f: big[f] for f in ("status", "seconds", "peak_mb")}
+        out["tvmka_n3000_k100"] = {f: big.get(f, False) for f in ("status", "seconds", "peak_mb", "predicted")}
     for model in MODELS:
         ok = [r for r in rows if r["model"] == model and r["status"] == "ok"]
         failed = [r for r in rows if r["model"] == model and r["status"] != "ok"]
         if ok or failed:
             out[f"{model}_largest_ok_tokens"] = max((r["tokens"] for r in ok), default=0)
             out[f"{model}_first_failure"] = (
-                {f: min(failed, key=lambda r: r["tokens"])[f] for f in ("n_objects", "n_keys", "tokens", "status")}
+                {f: min(failed, key=lambda r: r["tokens"]).get(f, False)
+                 for f in ("n_objects", "n_keys", "tokens", "status", "predicted")}
                 if failed else None
             )
     return out
 
 
 def table(result: dict) -> str:
-    lines = ["| model | N objects | K keys | tokens | seconds | peak MB | status |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+    """Markdown rows; every cell of a predicted row (nothing was run) says ``(pred.)``."""
+    lines = ["| model | N objects | K keys | tokens | objects read | seconds | peak MB | status |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in result["rows"]:
-        sec = "" if r["seconds"] is None else f"{r['seconds']:.2f}" + (" (pred.)" if r.get("predicted") else "")
-        mb = "" if r["peak_mb"] is None else f"{r['peak_mb']:.0f}"
-        lines.append(f"| {r['model']} | {r['n_objects']} | {r['n_keys']} | {r['tokens']} | {sec} | {mb} | {r['status']} |")
+        pred = " (pred.)" if r.get("predicted") else ""
+        sec = "" if r["seconds"] is None else f"{r['seconds']:.2f}{pred}"
+        mb = "" if r["peak_mb"] is None else f"{r['peak_mb']:.0f}{pred}"
+        read = r.get("objects_kept", r["n_objects"] if r["status"] == "ok" else "")
+        lines.append(f"| {r['model']} | {r['n_objects']} | {r['n_keys']} | {r['tokens']} | {read} | {sec} | {mb} | "
+                     f"{r['status']}{pred} |")
     return "\n".join(lines)
 
 
@@ -286,13 +323,17 @@ def plot(result: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
+    style = {"tvmka": "-", "flattened_truncated": ":", "flattened_full": "--"}
     for model in MODELS:
         for i, k in enumerate(sorted({r["n_keys"] for r in result["rows"]})):
-            pts = [(r["n_objects"], r["seconds"]) for r in result["rows"]
-                   if r["model"] == model and r["n_keys"] == k and r["status"] == "ok"]
-            if pts:  # one colour per K, solid TVM-KA, dashed flattened
-                ax.plot(*zip(*pts), marker="o", color=f"C{i}", linestyle="-" if model == "tvmka" else "--",
-                        label=f"{model}, K={k}")
+            same = [r for r in result["rows"] if r["model"] == model and r["n_keys"] == k]
+            pts = [(r["n_objects"], r["seconds"]) for r in same if r["status"] == "ok"]
+            pred = [(r["n_objects"], r["seconds"]) for r in same if r["predicted"] and r["seconds"] is not None]
+            if pts:  # one colour per K; line style by model
+                ax.plot(*zip(*pts), marker="o", color=f"C{i}", linestyle=style[model], label=f"{model}, K={k}")
+            if pred:  # predicted (not run): hollow markers, no line
+                ax.plot(*zip(*pred), marker="o", linestyle="none", color=f"C{i}", markerfacecolor="none",
+                        label=f"{model}, K={k} (predicted)")
     ax.set(xscale="log", yscale="log", xlabel="objects per sequence (N)", ylabel="seconds per forward pass",
            title="One inference pass, batch 1, CPU")
     ax.legend(fontsize=8)

@@ -5,10 +5,10 @@
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
     seqenc train --workdir DIR --task T [--mode M] [--deepspeed ds.json]   one training job (--resume JOB)
     seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
-    seqenc bench model --json OUT  TVM-KA vs flattened BERT: time and peak memory of one pass
-    seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 defaults
-    seqenc bench ingest --lines N --json OUT     ingest throughput vs a plain Drain3 loop, peak RSS
-    seqenc bench accuracy --data DIR --json OUT  every training mode + a count baseline, same splits
+    seqenc bench model --json OUT  TVM-KA vs flattened BERT (cut at the window and whole): time, peak memory
+    seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 (defaults, our masks)
+    seqenc bench ingest --lines N --json OUT     ingest throughput vs a Drain3 loop (cached and not), peak RSS
+    seqenc bench accuracy --data DIR --json OUT  every training mode + count baselines, same splits (docs/benchmarks.md)
     seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
     seqenc ui [--workdir DIR]      the MLflow UI on a work directory's runs
 
@@ -118,13 +118,15 @@ def cmd_train(args) -> int:
     from training.pipeline import resume_train, run_train
 
     if args.resume:
-        result = resume_train(args.resume, progress=not args.no_progress)
+        result = resume_train(args.resume, progress=not args.no_progress, device=args.device)
     else:
         if not (args.workdir and args.task):
             raise SystemExit("seqenc train: --workdir and --task are required (or --resume JOB_DIR)")
         config = _config_arg(args.config)
         if args.deepspeed:
             config.setdefault("train", {})["deepspeed"] = str(Path(args.deepspeed).resolve())
+        if args.device:
+            config.setdefault("train", {})["device"] = args.device
         result = run_train(args.workdir, args.task, size=args.size, seed=args.seed, mode=args.mode, config=config,
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
                            progress=not args.no_progress)
@@ -339,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help='overrides, inline JSON or a JSON file: {"model": {TVMKAConfig fields}, '
                        '"train": {TrainConfig fields}}')
     train.add_argument("--deepspeed", default=None, metavar="DS_JSON", help="train under DeepSpeed with this config")
+    train.add_argument("--device", default=None, metavar="DEVICE",
+                       help="auto (default: CUDA when present, else CPU), cpu, cuda, cuda:1, mps; under DeepSpeed "
+                       "each rank's accelerator decides; with --resume, where the job continues")
     train.add_argument("--resume", default=None, metavar="JOB_DIR", help="continue a job from its last checkpoint")
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--pretrained", default=None, metavar="minilm|DIR")
@@ -381,16 +386,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="benchmarks (JSON + Markdown table + plot)")
     bsub = bench.add_subparsers(dest="bench", required=True)
-    bm = bsub.add_parser("model", help="TVM-KA vs flattened dense BERT: seconds and peak MB of one pass")
+    bm = bsub.add_parser("model", help="TVM-KA vs flattened dense BERT (cut at the window as trained, and whole): "
+                         "seconds and peak MB of one pass")
     bm.add_argument("--json", required=True, help="output JSON (a .md table and a .png plot go beside it)")
     bm.add_argument("--n-objects", default="50,300,1000,3000", help="comma-separated N")
     bm.add_argument("--n-keys", default="10,25,100", help="comma-separated K")
-    bm.add_argument("--models", default="tvmka,flattened")
+    bm.add_argument("--models", default="tvmka,flattened_truncated,flattened_full",
+                    help="tvmka; flattened_truncated: most recent whole objects within --window tokens, as trained; "
+                    "flattened_full: every object, no cut")
     bm.add_argument("--d-model", type=int, default=256)
     bm.add_argument("--n-layers", type=int, default=4)
     bm.add_argument("--n-heads", type=int, default=8)
     bm.add_argument("--n-shared-heads", type=int, default=4)
-    bm.add_argument("--window", type=int, default=512, help="TVM window (max positions)")
+    bm.add_argument("--window", type=int, default=512,
+                    help="TVM window and flattened_truncated's cut (max positions)")
     bm.add_argument("--tokens-per-value", type=int, default=3)
     bm.add_argument("--attn-backend", default="sdpa", choices=["sdpa", "eager"])
     bm.add_argument("--threads", type=int, default=0, help="torch threads per row (0 = default)")
@@ -399,7 +408,8 @@ def build_parser() -> argparse.ArgumentParser:
     bm.add_argument("--repeat", type=int, default=3, help="passes per row (up to 60 s); the fastest is reported")
     bm.add_argument("--no-progress", action="store_true")
     bm.set_defaults(func=cmd_bench_model)
-    bp = bsub.add_parser("parse", help="Grouping Accuracy on LogHub-style folders, ours next to Drain3 defaults")
+    bp = bsub.add_parser("parse", help="Grouping Accuracy on LogHub-style folders, ours next to Drain3 defaults, "
+                         "Drain3 with our masks and thresholds, and ours on the true Content")
     bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
     bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bp.set_defaults(func=cmd_bench_parse)
@@ -411,7 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
                     help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
                          "surprise too; with interleaved as well, one training gives both rows; and "
-                         "interleaved+rvd: with replaced-value detection); count_lr always runs")
+                         "interleaved+rvd: with replaced-value detection); count_lr always runs, and always_positive "
+                         "(every sequence flagged: the floor) on binary datasets")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
                     help="dataset size limit (hdfs: lines per file, default all; others: see training.benchdata)")
@@ -450,7 +461,12 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("alembic", "mlflow.store", "drain3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:  # what a user can fix: one line, the traceback with -v
+        if args.verbose:
+            raise
+        raise SystemExit(f"seqenc {args.command}: {err} (add -v before the command for the traceback)") from err
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@ the hooks catch -- the same path that moves it to a GPU. With CUDA present the s
 and scoring run on the GPU (``test_training_and_scoring_on_cuda``).
 """
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -110,3 +112,20 @@ def test_a_checkpoint_resumes_on_another_device_but_not_with_another_config():
     assert same_run(older, cfg)
     assert not same_run(saved | {"lr_ka": 1.0}, cfg)
     assert not same_run(saved | {"unknown_field": 1}, cfg)
+
+
+def test_seqenc_train_device_flag(prepared_task, tmp_path):
+    """``--device`` reaches the trainer; a device that is not one is a one-line user error."""
+    import shutil
+
+    from seqenc.cli import main
+
+    work = tmp_path / "w"
+    shutil.copytree(prepared_task("anomaly"), work)
+    args = ["train", "--workdir", str(work), "--task", "anomaly", "--size", "tiny", "--no-progress"]
+    with pytest.raises(SystemExit) as err:
+        main([*args, "--device", "gpu0"])
+    assert "'gpu0' is not a torch device" in str(err.value) and "\n" not in str(err.value)
+    assert main([*args, "--device", "cpu"]) == 0
+    job = json.loads((work / "models" / "anomaly" / "job" / "job.json").read_text())
+    assert job["train_overrides"]["device"] == "cpu"

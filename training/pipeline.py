@@ -375,12 +375,17 @@ def registered_model_name(task_name: str) -> str:
     return f"seqenc-{task_name}"
 
 
-def resume_train(job: str | Path, progress: bool = True) -> dict:
-    """Continue a killed or stopped training job from its directory (``seqenc train --resume``)."""
+def resume_train(job: str | Path, progress: bool = True, device: str | None = None) -> dict:
+    """Continue a killed or stopped training job from its directory (``seqenc train --resume``);
+    ``device`` moves it (e.g. a job started on a CPU continues on a GPU: same results up to
+    floating-point differences)."""
     path = Path(job) / "job.json"
     if not path.exists():
         raise FileNotFoundError(f"{job} is not a training job directory (no job.json)")
-    return stage_train(**json.loads(path.read_text()), progress=progress, resume=True)
+    kwargs = json.loads(path.read_text())
+    if device is not None:
+        kwargs["train_overrides"] = {**kwargs.get("train_overrides", {}), "device": device}
+    return stage_train(**kwargs, progress=progress, resume=True)
 
 
 def run_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0, mode: str = "interleaved",
