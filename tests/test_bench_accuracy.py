@@ -4,9 +4,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 from shared_data import require
 
+from seqenc.cli import main
+
 FIELDS = {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds"}
+DEV_FIELD = {"hdfs": "dev_f1", "milestone": "dev_macro_f1"}  # each row's dev figure: dev_<headline metric>
 
 
 def test_bench_accuracy_cli_contract(tmp_path):
@@ -16,7 +20,7 @@ def test_bench_accuracy_cli_contract(tmp_path):
     config.write_text(json.dumps({"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}))
     cmd = [sys.executable, "-m", "seqenc.cli", "bench", "accuracy", "--data", str(data), "--json", str(out),
            "--size", "tiny", "--datasets", "hdfs,milestone", "--modes", "interleaved,flattened",
-           "--limit", "hdfs=40", "--limit", "milestone=60", "--config", str(config), "--no-progress"]
+           "--limit", "hdfs=100", "--limit", "milestone=60", "--config", str(config), "--no-progress"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
@@ -30,16 +34,42 @@ def test_bench_accuracy_cli_contract(tmp_path):
         assert {k: v for k, v in metrics.items() if k != "seconds"} == \
             {k: v for k, v in result["milestone"][mode].items() if k != "seconds"}, mode
     assert set(result) == {"hdfs", "milestone"}
-    for modes in result.values():
-        assert set(modes) == {"interleaved", "flattened", "count_lr"}
+    assert set(result["hdfs"]) == {"interleaved", "flattened", "count_lr", "always_positive"}  # binary: + the floor
+    assert set(result["milestone"]) == {"interleaved", "flattened", "count_lr"}
+    for name, modes in result.items():
         for metrics in modes.values():
-            assert set(metrics) == FIELDS
-            assert 0 <= metrics["macro_f1"] <= 1 and metrics["seconds"] >= 0
+            assert set(metrics) == FIELDS | {DEV_FIELD[name]}
+            assert 0 <= metrics["macro_f1"] <= 1 and metrics["seconds"] >= 0 and 0 <= metrics[DEV_FIELD[name]] <= 1
     assert all(result["milestone"][m]["f1"] is None for m in result["milestone"])  # C-way: no binary F1
+    # 100 blocks a file: 40 test blocks whose event sequences train never holds (at 40 a file, 16
+    # test blocks, one miss moved F1 to 0.67); counts LR reaches 1.0 on this seed
     assert result["hdfs"]["count_lr"]["f1"] > 0.8
+    floor = result["hdfs"]["always_positive"]
+    assert floor["recall"] == 1.0 and floor["precision"] == floor["micro_f1"]
     described = json.loads(out.with_suffix(".datasets.json").read_text())
-    assert "floor(0.6n) train" in described["hdfs"]["description"] and described["hdfs"]["settings"]["train"]["rounds"] == 1
+    hdfs = described["hdfs"]
+    assert hdfs["split"] == "by_content" and "Split by_content" in hdfs["description"]
+    assert hdfs["duplicates_across_splits"] == 0 and hdfs["settings"]["train"]["rounds"] == 1
+    assert described["milestone"]["split"] == "stratified"
+    assert isinstance(described["milestone"]["duplicates_across_splits"], int)
     assert out.with_suffix(".md").read_text().startswith("| dataset | mode |") and out.with_suffix(".png").stat().st_size
+    # --split by_line: the earlier split, labelled as such, with test blocks that repeat train ones
+    by_line = tmp_path / "by_line.json"
+    redo = [*cmd[:cmd.index("--json") + 1], str(by_line), *cmd[cmd.index("--json") + 2:], "--split", "by_line"]
+    redo[redo.index("--datasets") + 1] = "hdfs"
+    redo[redo.index("--modes") + 1] = "interleaved"
+    done = subprocess.run(redo, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    hdfs = json.loads(by_line.with_suffix(".datasets.json").read_text())["hdfs"]
+    assert hdfs["split"] == "by_line" and "floor(0.6n) train" in hdfs["description"]
+    assert hdfs["duplicates_across_splits"] > 0
+
+
+def test_by_line_split_is_refused_for_datasets_without_one(tmp_path):
+    with pytest.raises(SystemExit, match="dataset 'bgl' has no split 'by_line'"):
+        main(["bench", "accuracy", "--data", str(tmp_path), "--json", str(tmp_path / "x.json"),
+              "--datasets", "hdfs,bgl", "--split", "by_line"])
+    assert not (tmp_path / "x.json").exists()
 
 
 def test_bench_accuracy_over_seeds_reports_mean_std_and_each_seed(tmp_path):
@@ -81,7 +111,7 @@ def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path):
             "config": {"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}}
     both, _ = bench_accuracy(data, tmp_path / "both", modes=["interleaved", "interleaved+surprise"], **args)
     plain, _ = bench_accuracy(data, tmp_path / "plain", modes=["interleaved"], **args)
-    assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr"]
+    assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr", "always_positive"]
     assert {k: v for k, v in both["hdfs"]["interleaved"].items() if k != "seconds"} == \
         {k: v for k, v in plain["hdfs"]["interleaved"].items() if k != "seconds"}
     assert both["hdfs"]["interleaved"]["seconds"] == both["hdfs"]["interleaved+surprise"]["seconds"]

@@ -13,7 +13,18 @@ from parsers.presets import resolve
 from parsers.storage import OBJECTS_SCHEMA, polars_schema
 from parsers.synthetic import FULL_BLOCK
 from parsers.value_anomaly import VALUE_ANOMALY_KINDS, generate_value_anomaly_logs
-from training.benchdata import DATASETS, BenchDataset, count_baseline, load_dataset, stratified_split
+from training.bench_hdfs import content_split
+from training.benchdata import (
+    BINARY,
+    DATASETS,
+    BenchDataset,
+    always_positive,
+    count_baseline,
+    duplicates_across_splits,
+    load_dataset,
+    sequence_contents,
+    stratified_split,
+)
 
 REAL = {"hdfs", "bgl"}
 LIMIT = {"hdfs": 300, "bgl": 400, "milestone": 150, "value_anomaly": 300, "next_item": 100}
@@ -113,7 +124,8 @@ def test_stratified_split_keeps_small_classes_in_dev_and_test():
 
 def test_hdfs_split_by_line_index_and_template_text(workdir):
     data = real_data()
-    ds = load_dataset("hdfs", data, workdir, limit=10)  # 10 lines per file: 6 train, 2 dev, 2 test
+    ds = load_dataset("hdfs", data, workdir, limit=10, split="by_line")  # 10 lines per file: 6 train, 2 dev, 2 test
+    assert ds.split_rule == "by_line"
     split = dict(ds.split.iter_rows())
     for prefix, label in (("normal", "Normal"), ("abnormal", "Anomaly")):
         assert [split[f"{prefix}-{i}"] for i in range(1, 11)] == ["train"] * 6 + ["dev"] * 2 + ["test"] * 2
@@ -132,7 +144,104 @@ def test_hdfs_split_by_line_index_and_template_text(workdir):
         assert text == [templates[e] for e in events["value"]]
         assert rows["ts"].null_count() == rows.height
     # without a limit the split is 60/20/20 of each whole file
-    assert "floor(0.6n)" in ds.description
+    assert "floor(0.6n)" in ds.description and "Split by_line" in ds.description
+
+
+HDFS_LIMIT = 1500  # lines per file: 1,500 normal + 1,500 anomalous blocks, a few seconds to load
+
+
+@pytest.fixture(scope="module")
+def hdfs_by_content(workdir):
+    """seed -> the hdfs dataset with the default (by_content) split, first HDFS_LIMIT lines of each file."""
+    data = real_data()
+    return {seed: load_dataset("hdfs", data, workdir / f"content-{seed}", seed=seed, limit=HDFS_LIMIT)
+            for seed in (0, 1)}
+
+
+def test_hdfs_content_split_keeps_each_event_sequence_in_one_split(hdfs_by_content):
+    ds = hdfs_by_content[0]
+    assert ds.split_rule == "by_content" and "Split by_content with seed 0" in ds.description
+    # every block of both files assigned exactly once
+    expected = {f"{prefix}-{i}" for prefix in ("normal", "abnormal") for i in range(1, HDFS_LIMIT + 1)}
+    assert ds.split.height == len(expected) and set(ds.split["sequence_id"]) == expected
+    # no event sequence in two splits (the events, read back from the objects)
+    events = event_sequences(ds).join(ds.split, on="sequence_id")
+    assert events.group_by("events").agg(pl.col("split").n_unique())["split"].max() == 1
+    assert duplicates_across_splits(ds) == 0
+    # both labels in every split, each label's blocks near 60/20/20 (whole groups: not exact)
+    counts = ds.counts()
+    for label in BINARY:
+        total = sum(counts[s][label] for s in counts)
+        assert all(counts[s][label] > 0 for s in counts), counts
+        assert 0.1 < counts["test"][label] / total < 0.35 and 0.1 < counts["dev"][label] / total < 0.35, counts
+    # the count baseline still trains and scores on it
+    assert count_baseline(ds)["f1"] > 0.9
+
+
+def test_hdfs_content_split_changes_with_the_seed(hdfs_by_content, workdir):
+    first, second = hdfs_by_content[0], hdfs_by_content[1]
+    assert not first.split.equals(second.split)
+    assert first.objects.equals(second.objects) and first.labels.equals(second.labels)
+    again = load_dataset("hdfs", real_data(), workdir / "content-again", seed=1, limit=HDFS_LIMIT)
+    assert again.split.equals(second.split)  # same seed, same split
+
+
+def test_hdfs_by_line_reproduces_the_line_index_split_and_repeats_train_sequences(workdir):
+    n = HDFS_LIMIT
+    ds = load_dataset("hdfs", real_data(), workdir / "by-line", seed=5, limit=n)
+    old = {f"{prefix}-{i}": "train" if i <= n * 6 // 10 else "dev" if i <= n * 8 // 10 else "test"
+           for prefix in ("normal", "abnormal") for i in range(1, n + 1)}
+    by_line = load_dataset("hdfs", real_data(), workdir / "by-line", seed=5, limit=n, split="by_line")
+    assert dict(by_line.split.iter_rows()) == old
+    assert by_line.objects.equals(ds.objects)  # only the split differs
+    assert duplicates_across_splits(by_line) > 0.5 * (by_line.split["split"] != "train").sum()
+
+
+def test_content_split_moves_a_group_with_both_labels_as_one_unit():
+    """Hand-made blocks: content "x" carries both labels; it is one group in a stratum of its own."""
+    contents = ["x"] * 4 + [f"n{i}" for i in range(10) for _ in range(2)] + [f"a{i}" for i in range(10)]
+    labels = ["Normal", "Anomaly", "Normal", "Anomaly"] + ["Normal"] * 20 + ["Anomaly"] * 10
+    blocks = pl.DataFrame({"sequence_id": [f"b{i:02d}" for i in range(len(contents))], "label": labels,
+                           "content": contents})
+    split = blocks.join(content_split(blocks, seed=0), on="sequence_id")
+    assert split.height == blocks.height
+    assert split.group_by("content").agg(pl.col("split").n_unique())["split"].max() == 1
+    for label in ("Normal", "Anomaly"):  # 10 groups a label: 2 blocks each (Normal) or 1 (Anomaly)
+        got = split.filter((pl.col("label") == label) & (pl.col("content") != "x"))["split"].value_counts()
+        assert dict(got.iter_rows()) == ({"train": 12, "dev": 4, "test": 4} if label == "Normal" else
+                                         {"train": 6, "dev": 2, "test": 2})
+    assert content_split(blocks, seed=0).equals(content_split(blocks.reverse(), seed=0))  # order does not matter
+
+
+def test_duplicates_and_always_positive_on_a_hand_made_dataset():
+    """s1 (train) and s3 (test) read the same; s2 and s4 (dev) differ in one value; s5 differs
+    from s1 only in an excluded key. Duplicates: s3 and s5 (both repeat train's s1)."""
+    rows = [("s1", "train", "Normal", ["a", "b"]), ("s2", "dev", "Anomaly", ["a", "c"]),
+            ("s3", "test", "Normal", ["a", "b"]), ("s4", "dev", "Anomaly", ["a", "d"]),
+            ("s5", "test", "Anomaly", ["a", "b"])]
+    objects = []
+    for sid, _, _, values in rows:
+        for step, value in enumerate(values):
+            objects += [{"sequence_id": sid, "step": step, "key": "event", "value": value},
+                        {"sequence_id": sid, "step": step, "key": "noise", "value": sid}]
+    objects = pl.DataFrame(objects).with_columns(ts=pl.lit(None, pl.Datetime("us")), template_id=pl.lit(None, pl.Int64))
+    objects = objects.select(polars_schema(OBJECTS_SCHEMA).names()).cast(polars_schema(OBJECTS_SCHEMA))
+    ds = BenchDataset("toy", "binary", BINARY, objects,
+                      pl.DataFrame({"sequence_id": [r[0] for r in rows], "label": [r[2] for r in rows]}),
+                      pl.DataFrame({"sequence_id": [r[0] for r in rows], "split": [r[1] for r in rows]}),
+                      "event", ("noise",), "toy")
+    contents = dict(sequence_contents(ds).iter_rows())
+    assert contents["s1"] == contents["s3"] == contents["s5"] != contents["s2"]
+    assert duplicates_across_splits(ds) == 2
+    floor = always_positive(ds)  # test: one Normal, one Anomaly; dev: two Anomaly
+    assert (floor["precision"], floor["recall"], floor["micro_f1"]) == (0.5, 1.0, 0.5)
+    assert floor["f1"] == pytest.approx(2 / 3) and floor["macro_f1"] == pytest.approx(1 / 3)
+    assert floor["dev_f1"] == 1.0
+
+
+def test_only_hdfs_has_a_by_line_split(tmp_path):
+    with pytest.raises(ValueError, match="dataset 'bgl' has no split 'by_line'"):
+        load_dataset("bgl", tmp_path, tmp_path, split="by_line")
 
 
 def test_count_baseline_separates_real_hdfs(loaded):

@@ -1,10 +1,13 @@
-"""Labelled datasets for ``seqenc bench accuracy`` and a classic count-vector baseline.
+"""Labelled datasets for ``seqenc bench accuracy``, a classic count-vector baseline and a floor.
 
 Four datasets, each as long-form key-value objects (``parsers.storage.OBJECTS_SCHEMA``), one
 label per sequence and a fixed train/dev/test split (:class:`BenchDataset`):
 
-* ``hdfs`` -- real HDFS_1 blocks (DeepLog release under ``<data_dir>/hdfs_deeplog``), split by
-  line index within each file (first 60 % train, next 20 % dev, last 20 % test);
+* ``hdfs`` -- real HDFS_1 blocks (DeepLog release under ``<data_dir>/hdfs_deeplog``,
+  training.bench_hdfs), split so that each distinct event sequence lies in one split only
+  (``by_content``, seeded, about 60/20/20 of the blocks of each label); on request
+  (``split="by_line"``) the earlier split by line index within each file, where most test blocks
+  repeat a train block's sequence;
 * ``bgl`` -- the real ``loghub/BGL/BGL_2k.log`` through the real log ingest (node x 1 h windows);
 * ``milestone`` -- the demo's generated user sessions through the real JSON events ingest;
 * ``value_anomaly`` -- generated HDFS-like logs whose anomalies show only in parameter values
@@ -18,14 +21,26 @@ Choices:
   ingest root ``data/``); the ingest root is removed first, so Drain3 starts from an empty
   state and a second call gives the same template ids. Nothing else is written.
 * The ingest partition date is fixed (``INGEST_DATE``), so the objects do not depend on the day.
-* ``seed`` drives the generators (milestone, value_anomaly) and the stratified splits; the hdfs
-  split does not depend on it.
+* ``seed`` drives the generators (milestone, value_anomaly), the stratified splits and the hdfs
+  ``by_content`` split; the hdfs ``by_line`` split does not depend on it.
+* Each dataset has one split rule (``BenchDataset.split_rule``: ``by_content`` / ``by_line`` for
+  hdfs, ``stratified`` for bgl, milestone and value_anomaly, ``random`` for next_item); only hdfs
+  offers a second one (``SPLIT_RULES``); asking another dataset for one it lacks is an error.
+* :func:`duplicates_across_splits` counts the dev and test sequences whose *content* also occurs
+  in another split. Content = the sequence's ordered (key, value) pairs over the keys that enter
+  its value sequences (every key but ``exclude_keys``), in object order. The value sequences
+  S(k) are these pairs grouped by key, so two sequences with the same content are the same
+  input to TVM-KA (and to the count baseline, whose event key is among those keys). For hdfs the
+  content is the event sequence; it is 0 for hdfs ``by_content`` by construction. (The coarser
+  event-key sequence alone would call two bgl windows equal that differ in their values.)
 * Stratified splits (:func:`stratified_split`) are done per class on the sorted sequence ids with
   a seeded permutation: round(20 %) test, round(20 %) dev, the rest train, and at least one of a
   class in dev and in test whenever the class has three or more sequences (BGL has few anomalous
   windows). ``training.data.split_indices`` gives no such guarantee (and imports torch).
 * Log datasets get an ``event`` key per line, ``E<template_id>`` (``seqenc.sequences.with_event_key``),
   which is what the count baseline counts.
+* Baselines: :func:`count_baseline` (logistic regression on event counts) and, on binary
+  datasets, :func:`always_positive` (every sequence flagged: the floor a detector must beat).
 """
 
 from __future__ import annotations
@@ -41,6 +56,9 @@ import polars as pl
 from parsers import storage
 
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly", "next_item")
+# the split rules each dataset offers, its default first
+SPLIT_RULES = {"hdfs": ("by_content", "by_line"), "bgl": ("stratified",), "milestone": ("stratified",),
+               "value_anomaly": ("stratified",), "next_item": ("random",)}
 BINARY = ("Normal", "Anomaly")
 INGEST_DATE = "2000-01-01"
 MILESTONE_SESSIONS = 1200
@@ -63,6 +81,7 @@ class BenchDataset:
     exclude_keys: tuple[str, ...]  # keys left out of the value sequences S(k)
     description: str  # source, how objects / labels / split were built
     info: dict = field(default_factory=dict)  # paths, ingest report, generator report
+    split_rule: str = "stratified"  # how ``split`` was made: see SPLIT_RULES and the module docstring
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Number of sequences per split and class: ``{"train": {"Normal": n, ...}, ...}``
@@ -77,20 +96,37 @@ class BenchDataset:
         return out
 
 
-def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None = None) -> BenchDataset:
+def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None = None,
+                 split: str | None = None) -> BenchDataset:
     """Build one dataset. ``data_dir`` holds the real data (``hdfs_deeplog/``, ``loghub/``);
     ``workdir`` receives generated and ingested files. ``limit`` caps the size: hdfs lines kept
     per file (before splitting), bgl log lines read, milestone sessions, value_anomaly blocks,
-    next_item users."""
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    next_item users. ``split``: one of the dataset's SPLIT_RULES (None: its default)."""
+    from training.bench_hdfs import load_hdfs
+
+    split = check_split(name, split)
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be >= 1, got {limit}")
-    loader = {"hdfs": _hdfs, "bgl": _bgl, "milestone": _milestone, "value_anomaly": _value_anomaly,
-              "next_item": _next_item}[name]
-    ds = loader(Path(data_dir), Path(workdir), seed, limit)
+    if name == "hdfs":
+        ds = load_hdfs(Path(data_dir), Path(workdir), seed, limit, split)
+    else:
+        loader = {"bgl": _bgl, "milestone": _milestone, "value_anomaly": _value_anomaly, "next_item": _next_item}
+        ds = loader[name](Path(data_dir), Path(workdir), seed, limit)
     _check(ds)
     return ds
+
+
+def check_split(name: str, split: str | None) -> str:
+    """The split rule ``name`` will use: ``split``, or the dataset's default when None; a
+    ValueError when the dataset has no such rule (only hdfs has two)."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
+    rules = SPLIT_RULES[name]
+    if split is None:
+        return rules[0]
+    if split not in rules:
+        raise ValueError(f"dataset {name!r} has no split {split!r} (it has: {', '.join(rules)})")
+    return split
 
 
 # --------------------------------------------------------------------------- helpers
@@ -163,54 +199,6 @@ def _finish(ds: BenchDataset) -> BenchDataset:
 
 
 # --------------------------------------------------------------------------- datasets
-
-
-def _hdfs(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
-    folder = data_dir / "hdfs_deeplog"
-    templates_csv = pl.read_csv(_require(folder / "HDFS_templates.csv"))
-    templates = {int(e[1:]): t for e, t in zip(templates_csv["EventId"], templates_csv["EventTemplate"])}
-    frames, split_frames, labels = [], [], []
-    for prefix, file_name, label in (("normal", "hdfs_train", "Normal"), ("abnormal", "hdfs_test_abnormal", "Anomaly")):
-        lines = _require(folder / file_name).read_text(encoding="utf-8").splitlines()[:limit]
-        n = len(lines)
-        a, b = n * 6 // 10, n * 8 // 10
-        ids = [f"{prefix}-{i + 1}" for i in range(n)]
-        split_frames.append(pl.DataFrame({"sequence_id": ids, "split": ["train"] * a + ["dev"] * (b - a) +
-                                          ["test"] * (n - b)}))
-        labels.append(pl.DataFrame({"sequence_id": ids, "label": [label] * n}))
-        frames.append(pl.DataFrame({"sequence_id": ids, "line": lines}))
-    events = (pl.concat(frames).with_row_index("order")
-              .with_columns(pl.col("line").str.strip_chars().str.split(" ")).explode("line")
-              .filter(pl.col("line").str.len_bytes() > 0)
-              .with_columns(template_id=pl.col("line").cast(pl.Int64), step=pl.int_range(pl.len()).over("order")))
-    unknown = set(events["template_id"].unique().to_list()) - set(templates)
-    if unknown:
-        raise ValueError(f"event ids {sorted(unknown)} are not in {folder / 'HDFS_templates.csv'}")
-    base = events.select("order", "sequence_id", "step", "template_id", ts=pl.lit(None, pl.Datetime("us")))
-    objects = pl.concat([
-        base.with_columns(key=pl.lit("event"), value="E" + pl.col("template_id").cast(pl.String), k=0),
-        base.with_columns(key=pl.lit("template"),
-                          value=pl.col("template_id").replace_strict(templates, return_dtype=pl.String), k=1),
-    ]).sort("order", "step", "k")
-    objects = objects.select(storage.polars_schema(storage.OBJECTS_SCHEMA).names()) \
-        .cast(storage.polars_schema(storage.OBJECTS_SCHEMA))
-    # blocks with no events would have no objects: keep labels and split to the ones that have some
-    objects, label_df = _labelled(objects, pl.concat(labels))
-    split = pl.concat(split_frames).join(label_df, on="sequence_id", how="semi").sort("sequence_id")
-    ds = BenchDataset(
-        "hdfs", "binary", BINARY, objects, label_df, split, "event", ("template",),
-        "Real HDFS_1 blocks as distributed with DeepLog (hdfs_deeplog/hdfs_train: normal blocks, "
-        "hdfs_test_abnormal: anomalous blocks; one block per line, 1-based event ids"
-        + (f"; only the first {limit} lines of each file" if limit else "") + "). Sequence ids are "
-        "normal-<line> / abnormal-<line> (1-based line number). Each event of a block is one object "
-        "(step = its position in the block, ts null, template_id = the event number) with keys event "
-        "(E<n>) and template (the text of En from HDFS_templates.csv); the template text is left out "
-        "of the value sequences because it is a fixed function of the id. Labels: Normal for "
-        "hdfs_train, Anomaly for hdfs_test_abnormal. Split by line index within each file separately: "
-        "with n lines, lines 1..floor(0.6n) train, floor(0.6n)+1..floor(0.8n) dev, the rest test "
-        "(independent of the seed).",
-        {"data_dir": str(folder)})
-    return _finish(ds)
 
 
 def _log_objects(root: Path, source: str) -> pl.DataFrame:
@@ -332,8 +320,32 @@ def _next_item(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> B
         "add_to_cart_order, reordered). Left out of the value sequences: event_type (always 'purchase'). "
         f"Task next_item over the whole catalogue, scored by recall@1/5/10 and MRR. Split: seeded random "
         f"(seed {seed}): round(20%) test, round(20%) dev, rest train.",
-        {"raw": str(raw), "generator": gen, "ingest": report})
+        {"raw": str(raw), "generator": gen, "ingest": report}, split_rule="random")
     return _finish(ds)
+
+
+# --------------------------------------------------------------------------- content duplicates
+
+
+def sequence_contents(ds: BenchDataset) -> pl.DataFrame:
+    """``sequence_id, content``: the ordered (key, value) pairs of each sequence over the keys of
+    its value sequences (not ``exclude_keys``), by step and then the stored key order, as one
+    string; a sequence with no such key has content ""."""
+    pairs = (ds.objects.filter(~pl.col("key").is_in(list(ds.exclude_keys)))
+             .sort("sequence_id", "step", maintain_order=True)
+             .group_by("sequence_id", maintain_order=True)
+             .agg(content=(pl.col("key") + "\x1f" + pl.col("value").fill_null("\x00")).str.join("\x1e")))
+    return ds.split.select("sequence_id").join(pairs, on="sequence_id", how="left").with_columns(
+        pl.col("content").fill_null(""))
+
+
+def duplicates_across_splits(ds: BenchDataset) -> int:
+    """How many dev and test sequences have a content (:func:`sequence_contents`) that also
+    occurs in another split -- inputs the model may have met verbatim before it is scored."""
+    rows = ds.split.join(sequence_contents(ds), on="sequence_id")
+    shared = rows.group_by("content").agg(n_splits=pl.col("split").n_unique()).filter(pl.col("n_splits") > 1)
+    return rows.filter(pl.col("split").is_in(["dev", "test"]) & pl.col("content").is_in(shared["content"].implode())
+                       ).height
 
 
 # --------------------------------------------------------------------------- count baseline
@@ -361,10 +373,12 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     precision / recall / f1 of the Anomaly class plus macro / micro F1. Multiclass: arg-max
     prediction; macro / micro F1 (precision, recall, f1 are None). Next item: items ranked by
     the predicted probability (a catalogue item never a train target scores 0); recall@k and
-    MRR. ``seconds``: vectorising, fitting and predicting."""
+    MRR. ``dev_<headline>`` (dev_f1, dev_macro_f1 or dev_recall_at_10): the same metric on dev
+    (binary: at the dev-fitted threshold, so the best F1 on dev). ``seconds``: vectorising,
+    fitting and predicting."""
     from sklearn.linear_model import LogisticRegression
 
-    from training.metrics import best_threshold, predict, ranking_metrics, task_metrics
+    from training.metrics import best_threshold, headline, predict, ranking_metrics, split_metrics, task_metrics
 
     start = time.perf_counter()
     ids, X, vocab = count_vectors(ds)
@@ -380,10 +394,12 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
         out[:, clf.classes_] = clf.predict_proba(X[mask])
         return out
 
-    test_probs = probs(part["test"])
+    test_probs, dev_probs = probs(part["test"]), probs(part["dev"])
     result: dict = {"precision": None, "recall": None, "f1": None, "threshold": None}
+    threshold = best_threshold(y[part["dev"]], dev_probs[:, 1]) if ds.task == "binary" else 0.5
+    key = headline(ds.task)
+    result[f"dev_{key}"] = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)[key]
     if ds.task == "binary":
-        threshold = best_threshold(y[part["dev"]], probs(part["dev"])[:, 1])
         pred = predict(test_probs, "binary", threshold)
         result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold)
     elif ds.task == "next_item":
@@ -395,3 +411,20 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     result.update(seconds=round(time.perf_counter() - start, 3), vocab=len(vocab),
                   n_train=int(part["train"].sum()), n_test=int(part["test"].sum()))
     return result
+
+
+def always_positive(ds: BenchDataset) -> dict:
+    """The floor of a binary dataset: every sequence predicted positive (``class_names[1]``,
+    Anomaly). Test precision = the test prevalence, recall 1, F1 = 2p / (1 + p); the negative
+    class's F1 is 0, so macro F1 = F1 / 2; micro F1 = accuracy = p. ``dev_f1`` likewise on dev."""
+    from training.metrics import task_metrics
+
+    if ds.task != "binary":
+        raise ValueError(f"{ds.name}: always_positive needs a binary task, not {ds.task}")
+    start = time.perf_counter()
+    rows = ds.split.join(ds.labels, on="sequence_id")
+    y = {s: (rows.filter(pl.col("split") == s)["label"] == ds.class_names[1]).to_numpy().astype(np.int64)
+         for s in ("dev", "test")}
+    result = task_metrics(y["test"], np.ones_like(y["test"]), "binary")
+    result["dev_f1"] = task_metrics(y["dev"], np.ones_like(y["dev"]), "binary")["f1"]
+    return result | {"seconds": round(time.perf_counter() - start, 3)}
