@@ -71,7 +71,9 @@ RANKING = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr")  # next_item row
 # KRs were not the limit at 1:4 -- a logistic regression on the final cached KRs reached 0.9985
 # and a fresh KA trained on them alone 0.994 -- the extra KA steps help through the shared heads,
 # which they move towards the task before each refresh. End-to-end modes get as many updates.
-# RECHECK_ON_DEV
+# On the by_content split (no dev/test block repeats a train sequence) it has not been re-chosen
+# yet: the dev comparison (0.1 vs 0.5, seed 0, dev F1) was queued after the report seeds; until it
+# is done, 0.1 is a setting fixed before that split existed, so that split's test is still clean.
 BENCH_OVERRIDES = {"train": {"tvm_ka_ratio": 0.1}}
 # no default size limits: hdfs uses both whole files (4,855 + 16,838 blocks) as the issue's
 # split defines; --limit hdfs=N keeps the first N lines of each for a quicker run
