@@ -209,7 +209,7 @@ def cmd_score(args) -> int:
     from training.batch_score import score_partitions
 
     result = score_partitions(args.model, args.input, args.out, source=args.source, dates=args.date,
-                              tracking_dir=args.tracking_dir, progress=not args.no_progress)
+                              tracking_dir=args.tracking_dir, progress=not args.no_progress, device=args.device)
     version = f" version {result['model_version']}" if result["model_version"] else ""
     for day in result["dates"]:
         print(f"{day['date']}: scored {day['sequences']} sequences of {result['source']} with "
@@ -389,6 +389,8 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--tracking-dir", default=None, metavar="WORKDIR",
                        help="where the MLflow store is (WORKDIR/mlflow.db) for registry URIs and the scoring runs; "
                             "MLFLOW_TRACKING_URI wins when set")
+    score.add_argument("--device", default="auto", metavar="DEVICE",
+                       help="where the model scores: auto (default: CUDA when present, else CPU), cpu, cuda, cuda:1, mps")
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)
 

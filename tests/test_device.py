@@ -5,12 +5,14 @@ network's own parameters (device and floating dtype). On a CPU-only machine the 
 trivially met, so the model is also run in float64: a batch built on the side (float32 KRs
 from the cache, float32 class weights) would then reach the network in the wrong dtype, which
 the hooks catch -- the same path that moves it to a GPU. With CUDA present the same training
-and scoring run on the GPU (``test_training_and_scoring_on_cuda``).
+and scoring run on the GPU (``test_training_and_scoring_on_cuda``), including a bundle loaded
+onto it for batch scoring.
 """
 
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 import torch
 from test_trainer import build, toy_objects
@@ -18,6 +20,7 @@ from test_trainer import build, toy_objects
 from seqenc.inference import model_device, model_dtype, predict_proba, to_model
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.engines import training_device
+from training.scoring import load_bundle, save_bundle, score_objects
 from training.trainer import InterleavedTrainer
 
 
@@ -97,6 +100,52 @@ def test_training_and_scoring_on_cuda(tmp_path):
     np.testing.assert_allclose(on_gpu, result["probs"], atol=1e-5)
     on_cpu = predict_proba(model.cpu(), data, tok.pad_id, progress=False)
     np.testing.assert_allclose(on_cpu, on_gpu, atol=1e-3)
+    # a bundle scored on the GPU gives what the CPU gives
+    save_bundle(model, tok, {"task": "binary", "threshold": 0.5}, tmp_path / "bundle")
+    objects, _ = toy_objects()
+    gpu = load_bundle(tmp_path / "bundle", "cuda")
+    assert model_device(gpu.model).type == "cuda"
+    scored = {d: score_objects(load_bundle(tmp_path / "bundle", d), objects, progress=False) for d in ("cuda", "cpu")}
+    np.testing.assert_allclose(scored["cuda"]["score"].to_numpy(), scored["cpu"]["score"].to_numpy(), atol=1e-3)
+
+
+def test_a_bundle_loads_where_it_is_asked_to(tmp_path):
+    """Scoring places the model with the same rule as training; batches follow it (the float64
+    model below would reject float32 inputs built on the side)."""
+    model, tok, *_ = build(pretrain_steps=2, rounds=1, tvm_steps_per_round=2)
+    save_bundle(model, tok, {"task": "binary", "threshold": 0.5}, tmp_path / "bundle")
+    bundle = load_bundle(tmp_path / "bundle", "cpu")
+    assert model_device(bundle.model) == torch.device("cpu")
+    objects, _ = toy_objects()
+    expected = score_objects(bundle, objects, progress=False)
+    bundle.model.double()
+    calls = {"tvm": watch_inputs(bundle.model.tvm), "ka": watch_inputs(bundle.model.ka)}
+    np.testing.assert_allclose(score_objects(bundle, objects, progress=False)["score"].to_numpy(),
+                               expected["score"].to_numpy(), atol=1e-5)
+    assert len(calls["tvm"]) >= 1 and len(calls["ka"]) >= 1
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            load_bundle(tmp_path / "bundle", "cuda")
+
+
+def test_seqenc_score_device_flag(tmp_path):
+    """``seqenc score --device`` reaches the loader; a device that is not one is one line."""
+    from parsers import storage
+    from seqenc.cli import main
+
+    model, tok, *_ = build(pretrain_steps=2, rounds=1, tvm_steps_per_round=2)
+    save_bundle(model, tok, {"task": "binary", "threshold": 0.5, "source": "toy"}, tmp_path / "bundle")
+    objects, _ = toy_objects(n=12)
+    objects = objects.with_columns(pl.lit(None, pl.Datetime("us")).alias("ts"), pl.lit(None, pl.Int64).alias("template_id"))
+    path = storage.objects_path(tmp_path / "data", "toy", "2024-01-01", "toy.jsonl")
+    storage.write_parquet_atomic(objects.select(storage.OBJECTS_SCHEMA.names), path, storage.OBJECTS_SCHEMA)
+    args = ["score", "--model", str(tmp_path / "bundle"), "--input", str(tmp_path / "data"),
+            "--out", str(tmp_path / "scored"), "--no-progress"]
+    with pytest.raises(SystemExit) as err:
+        main([*args, "--device", "gpu0"])
+    assert "'gpu0' is not a torch device" in str(err.value) and "\n" not in str(err.value)
+    assert main([*args, "--device", "cpu"]) == 0
+    assert len(pl.read_parquet(tmp_path / "scored" / "date=2024-01-01" / "part-0.parquet")) == 12
 
 
 def test_a_checkpoint_resumes_on_another_device_but_not_with_another_config():

@@ -128,6 +128,10 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
     assert storage.read_objects(out / "data", "hdfs").height == 2 * before  # two partitions exist
     seqs = pipeline.stage_sequences(str(out), "anomaly", "tiny", 0, ingest_date="2030-01-02")
     assert seqs["stats"]["values"] == stats_before["values"]  # one interval's values, not doubled
+    # the end-to-end modes read the objects of the same interval (same block ids on both dates)
+    seq_dir = out / "sequences" / "anomaly"
+    assert json.loads((seq_dir / "input.json").read_text())["ingest_dates"] == ["2030-01-02"]
+    assert pipeline.sequence_objects(seq_dir, out / "data", "hdfs").height == before
 
 
 def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):

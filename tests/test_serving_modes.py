@@ -127,7 +127,10 @@ def test_every_mode_is_served_by_uri_with_the_training_inputs(root, trained, tmp
     _, splits = split_of(result["work"])
     test_ids = [ids[i] for i in splits["test"]]
     test_objects = objects.join(pl.DataFrame({"sequence_id": test_ids}), on="sequence_id", how="semi")
-    by_pyfunc = pl.from_pandas(mlflow.pyfunc.load_model(uri).predict(test_objects.to_pandas()))
+    pyfunc = mlflow.pyfunc.load_model(uri, model_config={"device": "cpu"})  # the loader places it (default cpu)
+    with pytest.raises(Exception, match="'gpu0' is not a torch device"):  # model_config reaches load_bundle
+        mlflow.pyfunc.load_model(uri, model_config={"device": "gpu0"})
+    by_pyfunc = pl.from_pandas(pyfunc.predict(test_objects.to_pandas()))
     pyfunc_probs = assert_probabilities(by_pyfunc, set(test_ids))
 
     # both equal the trainer's own test-split probabilities

@@ -19,6 +19,9 @@ URI and version, date, source), metrics (``sequences``, ``label_count/<class>``,
 ``label_share/<class>``, ``score_mean`` and ``score_p50/p90/p99``) and a histogram of the
 scores as an artifact. Choice: re-scoring a date deletes the earlier run of the same model name
 and date, so the experiment holds one run per scored day, as the Parquet output does.
+
+``device`` places the model (training.engines.training_device): ``auto`` (the default) scores on
+the first CUDA device when there is one, else on the CPU; every batch follows the model.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ def _source_of(meta: dict, source: str | None) -> str:
 
 def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, source: str | None = None,
                      dates: list[str] | None = None, tracking_dir: str | Path | None = None,
-                     progress: bool = True) -> dict:
+                     progress: bool = True, device: str = "auto") -> dict:
     """Score the objects of ``source`` for each date of ``dates`` (default: every ingest date
     under ``data_root``) into ``out_dir/date=<d>/part-0.parquet``; see the module docstring.
 
@@ -70,7 +73,7 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
         tracking.use_store(tracking_dir or out_dir)
     with tempfile.TemporaryDirectory(prefix="seqenc-score-") as tmp:
         resolved = resolve_model(model, tmp)
-        bundle = load_bundle(resolved.bundle)  # any training mode's model (training.scoring)
+        bundle = load_bundle(resolved.bundle, device)  # any training mode's model (training.scoring)
         source = _source_of(bundle.meta, source)
         dates = [storage.ingest_date_str(d) for d in dates] if dates else storage.ingest_dates(data_root, source)
         if not dates:

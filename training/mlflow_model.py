@@ -7,7 +7,8 @@ end-to-end joint, flattened and record_view models: training.scoring.load_bundle
 the bundle's architecture.json names). Input: long-form objects (a pandas DataFrame with
 ``sequence_id, step, key, value`` and, for log tasks, ``template_id``); output: one row per
 sequence with ``sequence_id, score, prediction, prob_<class>...`` (training.scoring.score_objects,
-which builds each model's input as its training did). Loading needs the seqenc distribution
+which builds each model's input as its training did). It serves on the CPU unless the loader
+asks for a device: ``mlflow.pyfunc.load_model(uri, model_config={"device": "cuda"})``. Loading needs the seqenc distribution
 installed (the model's requirements name it).
 """
 
@@ -19,7 +20,9 @@ class SeqencModel(PythonModel):
     def load_context(self, context):
         from training.scoring import load_bundle
 
-        self.bundle = load_bundle(context.artifacts["bundle"])
+        # served on the CPU unless the loader asks for a device: model_config={"device": "cuda"}
+        config = getattr(context, "model_config", None) or {}
+        self.bundle = load_bundle(context.artifacts["bundle"], str(config.get("device", "cpu")))
 
     def predict(self, context, model_input, params=None):
         import polars as pl

@@ -228,6 +228,9 @@ def stage_sequences(workdir: str, task_name: str, size: str = "demo", seed: int 
     tok.save(out / "tokenizer.json")
     data.write_parquet(out / "windows.parquet")
     (out / "classes.json").write_text(json.dumps(classes))
+    dates = None if ingest_date is None else sorted(
+        storage.ingest_date_str(d) for d in (ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]))
+    (out / "input.json").write_text(json.dumps({"source": spec.source, "ingest_dates": dates}))
     counts = np.bincount(y, minlength=len(classes))
     stats = {**data.stats, "vocab_size": tok.vocab_size, "n_classes": len(classes)}
     if spec.task == "next_item":  # a catalogue: how many items are ever a target, not one count each
@@ -247,6 +250,16 @@ def task_classes(spec: TaskSpec, objects: pl.DataFrame, labels: pl.DataFrame) ->
         return list(spec.class_names)
     seen = objects.filter(pl.col("key") == spec.item_key)["value"].cast(pl.String)
     return sorted(set(seen.to_list()) | set(labels["label"].cast(pl.String).to_list()))
+
+
+def sequence_objects(seq_dir: str | Path, data_root: str | Path, source: str) -> pl.DataFrame:
+    """The objects :func:`stage_sequences` read for ``seq_dir`` (the same ingest dates, from
+    ``input.json``), which the end-to-end modes tokenise themselves: a nightly window's model sees
+    that window's objects only, even where a sequence id recurs on other dates. A sequences folder
+    written before ``input.json`` existed reads every date, as it did."""
+    path = Path(seq_dir) / "input.json"
+    dates = json.loads(path.read_text())["ingest_dates"] if path.is_file() else None
+    return storage.read_objects(data_root, source, dates)
 
 
 def read_classes(seq_dir: Path) -> list[str]:
@@ -318,7 +331,7 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
     hooks = {"log_metrics": tracking.log_metrics, "progress": progress, "on_phase_end": tracking.log_phase_run} \
         if rank == 0 else {"progress": False}
     if mode in END_TO_END:
-        objects = storage.read_objects(data_root, spec.source)
+        objects = sequence_objects(seq_dir, data_root, spec.source)
         model, inputs = comparison_model(mode, model.config, data, tok, with_event_key(objects) if spec.event_key
                                          else objects, spec.exclude_keys, pretrained)
         trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.task, len(classes), **hooks)

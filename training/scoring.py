@@ -47,11 +47,12 @@ from seqenc.baselines import (
     end_to_end_proba,
     load_pretrained,
 )
-from seqenc.inference import predict_proba
+from seqenc.inference import model_device, predict_proba
 from seqenc.model import TVMKA, read_architecture
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences, with_event_key
 from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
+from training.engines import training_device
 from training.metrics import predict
 
 log = logging.getLogger(__name__)
@@ -81,10 +82,11 @@ def save_bundle(model: nn.Module, tok: ValueTokenizer, metadata: dict, directory
     return directory
 
 
-def load_bundle(directory: str | Path) -> Bundle:
+def load_bundle(directory: str | Path, device: str = "cpu") -> Bundle:
     """The model of whichever class the bundle's ``architecture.json`` names (safetensors + JSON
     only), its tokenizer and metadata. A bundle whose metadata names a training mode of another
-    architecture is refused."""
+    architecture is refused. ``device`` is where the model goes (training.engines.training_device:
+    ``auto``, ``cpu``, ``cuda``, ...); scoring batches follow it (seqenc.inference.to_model)."""
     directory = Path(directory)
     for name in BUNDLE_FILES:
         if not (directory / name).is_file():
@@ -94,9 +96,10 @@ def load_bundle(directory: str | Path) -> Bundle:
     if expected is not None and held in MODEL_CLASSES and held != expected.__name__:  # unknown: load_pretrained says
         raise ValueError(f"{directory}: metadata.json says mode {meta['mode']!r} ({expected.__name__}), but "
                          f"architecture.json names a {held}")
-    model = load_pretrained(directory)
+    model = load_pretrained(directory).to(training_device(device))
     model.eval()
-    log.info("loaded %s (%s, mode %s) from %s", type(model).__name__, model.config.task, meta.get("mode"), directory)
+    log.info("loaded %s (%s, mode %s) from %s on %s", type(model).__name__, model.config.task, meta.get("mode"),
+             directory, model_device(model))
     return Bundle(model, ValueTokenizer.from_file(directory / "tokenizer.json"), meta)
 
 

@@ -204,6 +204,7 @@ def log_bundle_model(bundle: str | Path, registered_name: str) -> str:
     info = mlflow.pyfunc.log_model(
         name="model", python_model=str(Path(__file__).with_name("mlflow_model.py")),
         artifacts={"bundle": str(bundle)}, registered_model_name=registered_name,
+        model_config={"device": "cpu"},  # where it serves; a loader may override: load_model(..., model_config=)
         signature=ModelSignature(inputs, outputs), pip_requirements=[f"seqenc=={version('seqenc')}"])
     return str(info.registered_model_version)
 
