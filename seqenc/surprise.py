@@ -54,19 +54,22 @@ on train, an unseen block looks surprising for being unseen; the KA's logit is l
 confident on the sequences it was trained on. Dev sequences are unseen by both, as the
 sequences scored later are.
 
-Measured (``seqenc bench accuracy --datasets value_anomaly --modes
-interleaved,interleaved+surprise --seeds 0,1,2 --config '{"model": {"value_links": true,
-"value_repeats": true, "numeric_bins": 16}, "train": {"mlm_sequences": "normal",
-"mlm_mask_unit": "value"}}'``): test F1 0.944 +- 0.026 (0.915 / 0.951 / 0.966), the KA alone on
-the same trainings 0.654 +- 0.135; foreign_node 15/15, odd_port 24/24, oversize 27/27,
-size_mismatch 18/24 test blocks, 4 false positives among ~810 normal ones. With token masking
-(the masked LM trained as the paper does, on normal sequences): 0.903 +- 0.040. Earlier
-versions: 0.835 +- 0.053 (``lead`` = the largest marker NLL, z-scores, every sequence in the
-masked LM), 0.709 +- 0.009 (the first version).
+Measured under the protocol of docs/benchmarks.md (``seqenc bench accuracy --datasets
+value_anomaly --modes interleaved,interleaved+surprise --seeds 10,11,12,13,14 --config
+'{"model": {"value_links": true, "value_repeats": true, "numeric_bins": 16}, "train":
+{"mlm_sequences": "normal", "mlm_mask_unit": "value"}}'``; whole-value masking chosen over
+token masking on the dev F1 of seeds 0-2, 0.973 against 0.954): test F1 0.937 +- 0.059, the
+KA alone on the same trainings 0.595 +- 0.123, counts LR 0.171. Before the protocol (chosen
+and reported on the test splits of seeds 0-2, so not a hold-out): 0.944 +- 0.026, token
+masking 0.903 +- 0.040, earlier versions 0.835 +- 0.053 (``lead`` = the largest marker NLL,
+z-scores, every sequence in the masked LM) and 0.709 +- 0.009 (the first version). The
+constants below (``TAIL_SHARE``, the scale floors) were set looking at the test splits of seeds
+0-1; seeds 10-14 never informed them; their re-choice on dev is open.
 On real logs it did not help: bgl (BGL_2k windows, default model, masked LM on normal
-sequences with whole values masked, seeds 0-2) 0.858 +- 0.030 with the KA alone, 0.825 +- 0.049
-with the surprise (the same recall, more false positives; the earlier scorer: 0.885 against
-0.846), so it stays off by default (docs/training.md).
+sequences with whole values masked, test splits of seeds 0-2, before the protocol) 0.858 +-
+0.030 with the KA alone, 0.825 +- 0.049 with the surprise (the same recall, more false
+positives; the earlier scorer: 0.885 against 0.846), so it stays off by default
+(docs/training.md).
 
 Choices (the TVM-KA paper scores with the KA alone; this is an option,
 ``TVMKAConfig.surprise_scoring``, binary tasks only):
