@@ -431,7 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
     ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
                     help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
                          "surprise too; with interleaved as well, one training gives both rows; and "
-                         "interleaved+rvd: with replaced-value detection); count_lr always runs, and always_positive "
+                         "interleaved+rvd: with replaced-value detection; interleaved+bag: the TVM reads S(k) as a bag of "
+                         "values, tvm_positions=within_value); count_lr always runs, and always_positive "
                          "(every sequence flagged: the floor) on binary datasets")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",

@@ -61,8 +61,11 @@ class Embeddings(nn.Module):
     key tokens 0 and value tokens 1.
     """
 
-    def __init__(self, config: TVMKAConfig, positional: bool = True):
+    def __init__(self, config: TVMKAConfig, positional: bool = True, within_value: bool = False):
         super().__init__()
+        # what a position counts: the index in the row, or (within_value, the TVM under
+        # config.tvm_positions="within_value") the offset from the last [VAL_SEP]
+        self.within_value = config.val_sep_token_id if positional and within_value else None
         self.word = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_positions, config.d_model) if positional else None
         self.token_type = nn.Embedding(config.type_vocab_size, config.d_model)
@@ -75,7 +78,13 @@ class Embeddings(nn.Module):
         types = self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids)
         x = self.word(input_ids) + types
         if self.position is not None:
-            x = x + self.position(torch.arange(L, device=input_ids.device))
+            index = torch.arange(L, device=input_ids.device)  # [L]
+            if self.within_value is not None:
+                # offset from the last [VAL_SEP] at or before each token: [CLS] 0, key 1.., [VAL_SEP] 0, value 1..
+                last_sep = torch.where(input_ids == self.within_value, index, 0).cummax(dim=1).values  # [B, L]
+                x = x + self.position(index - last_sep)
+            else:
+                x = x + self.position(index)
         return self.dropout(self.norm(x))
 
 
@@ -134,7 +143,7 @@ class TemporalValueModeler(nn.Module):
     def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None):
         super().__init__()
         self.config = config
-        self.embeddings = Embeddings(config, positional=True)
+        self.embeddings = Embeddings(config, positional=True, within_value=config.tvm_positions == "within_value")
         self.encoder = Encoder(config, shared, drophead=config.drophead)
         # masked-LM head: dense -> act -> LayerNorm -> decoder tied to the word embeddings
         self.mlm_dense = nn.Linear(config.d_model, config.d_model)

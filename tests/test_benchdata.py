@@ -215,10 +215,11 @@ def test_content_split_moves_a_group_with_both_labels_as_one_unit():
 
 def test_duplicates_and_always_positive_on_a_hand_made_dataset():
     """s1 (train) and s3 (test) read the same; s2 and s4 (dev) differ in one value; s5 differs
-    from s1 only in an excluded key. Duplicates: s3 and s5 (both repeat train's s1)."""
+    from s1 only in an excluded key; s6 (dev) holds s1's values in the other order. Duplicates:
+    s3 and s5 (both repeat train's s1); as bags also s6."""
     rows = [("s1", "train", "Normal", ["a", "b"]), ("s2", "dev", "Anomaly", ["a", "c"]),
             ("s3", "test", "Normal", ["a", "b"]), ("s4", "dev", "Anomaly", ["a", "d"]),
-            ("s5", "test", "Anomaly", ["a", "b"])]
+            ("s5", "test", "Anomaly", ["a", "b"]), ("s6", "dev", "Anomaly", ["b", "a"])]
     objects = []
     for sid, _, _, values in rows:
         for step, value in enumerate(values):
@@ -233,7 +234,8 @@ def test_duplicates_and_always_positive_on_a_hand_made_dataset():
     contents = dict(sequence_contents(ds).iter_rows())
     assert contents["s1"] == contents["s3"] == contents["s5"] != contents["s2"]
     assert duplicates_across_splits(ds) == 2
-    floor = always_positive(ds)  # test: one Normal, one Anomaly; dev: two Anomaly
+    assert duplicates_across_splits(ds, ordered=False) == 3
+    floor = always_positive(ds)  # test: one Normal, one Anomaly; dev: three Anomaly
     assert (floor["precision"], floor["recall"], floor["micro_f1"]) == (0.5, 1.0, 0.5)
     assert floor["f1"] == pytest.approx(2 / 3) and floor["macro_f1"] == pytest.approx(1 / 3)
     assert floor["dev_f1"] == 1.0

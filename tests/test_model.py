@@ -124,8 +124,9 @@ def test_no_shared_heads():
     assert model.tvm(ids, mask).shape == (3, 12, 32)
 
 
-def test_save_load_round_trip(tmp_path):
-    model = TVMKA(tiny_config()).eval()
+@pytest.mark.parametrize("positions", ["sequence", "within_value"])
+def test_save_load_round_trip(tmp_path, positions):
+    model = TVMKA(tiny_config(tvm_positions=positions, val_sep_token_id=5)).eval()
     model.save_pretrained(tmp_path, extra={"threshold": 0.3})
     loaded = TVMKA.from_pretrained(tmp_path).eval()
     assert loaded.config == model.config
@@ -156,3 +157,35 @@ def test_config_validation():
         tiny_config(d_model=30)
     with pytest.raises(ValueError):
         TVMKAConfig.from_dict({"d_model": 32, "n_heads": 4, "bogus": 1})
+
+
+def _s_of_k(values: list[list[int]], cls=2, key=(9,), val_sep=5) -> torch.Tensor:
+    """[1, L] ids of S(k) = [CLS] k [VAL_SEP] v1 [VAL_SEP] v2 ..."""
+    ids = [cls, *key]
+    for v in values:
+        ids += [val_sep, *v]
+    return torch.tensor([ids])
+
+
+@pytest.mark.parametrize("positions", ["sequence", "within_value"])
+def test_tvm_positions_decide_whether_kr_reads_the_order_of_values(positions):
+    model = TVMKA(tiny_config(tvm_positions=positions, val_sep_token_id=5)).eval()
+    values = [[11, 12], [13], [14, 15, 16], [11, 12]]
+    reordered = [values[2], values[0], values[3], values[1]]
+    inner = [[12, 11], [13], [14, 15, 16], [11, 12]]  # one value's own tokens swapped
+    kr = {name: model.tvm.key_representations(ids, torch.ones_like(ids, dtype=torch.bool))
+          for name, ids in (("as is", _s_of_k(values)), ("reordered", _s_of_k(reordered)),
+                            ("inner", _s_of_k(inner)))}
+    # a value's own token order counts under both schemes
+    assert not torch.allclose(kr["as is"], kr["inner"], atol=1e-4)
+    if positions == "within_value":  # a bag of values: the same values in another order, the same KR(k)
+        torch.testing.assert_close(kr["reordered"], kr["as is"], atol=1e-5, rtol=0)
+    else:  # the paper: KR(k) depends on when each value came
+        assert not torch.allclose(kr["reordered"], kr["as is"], atol=1e-4)
+
+
+def test_within_value_positions_need_the_val_sep_id():
+    with pytest.raises(ValueError, match="val_sep_token_id"):
+        tiny_config(tvm_positions="within_value")
+    with pytest.raises(ValueError, match="tvm_positions"):
+        tiny_config(tvm_positions="bag", val_sep_token_id=5)

@@ -135,15 +135,20 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
 
 
 def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
-    """--pretrained minilm: BERT vocabulary (+[VAL_SEP]), MiniLM weights, train, save, score."""
+    """--pretrained minilm: BERT vocabulary (+[VAL_SEP]), MiniLM weights, train, save, score; model
+    overrides apply to it, but not ones that change the checkpoint's shape."""
     out = str(tmp_path)
     raw = pipeline.stage_generate(out, "tiny", seed=0)
     ingest = pipeline.stage_ingest_logs(out, raw["hdfs_log"], raw["hdfs_labels"])
     seqs = pipeline.stage_sequences(out, "anomaly", "tiny", ingest_date=ingest["ingest_date"], pretrained="minilm")
     assert seqs["stats"]["vocab_size"] == 30523 and seqs["stats"]["dropped_values"] == 0
-    trained = pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", pretrained_layers=1)
+    with pytest.raises(ValueError, match="the checkpoint sets d_model"):  # the checkpoint's shape is not ours to change
+        pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", model_overrides={"d_model": 64})
+    trained = pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", pretrained_layers=1,
+                                   model_overrides={"tvm_positions": "within_value"})  # other model fields apply
     model, tok, _ = load_bundle(trained["model_dir"])
     assert (model.config.d_model, model.config.n_layers, model.config.n_heads) == (384, 1, 12)
+    assert (model.config.tvm_positions, model.config.val_sep_token_id) == ("within_value", tok.val_sep_id)
     assert tok.vocab_size == 30523
     params = mlflow.MlflowClient(trained["tracking_uri"]).get_run(trained["run_id"]).data.params
     assert params["pretrained"] == "minilm"

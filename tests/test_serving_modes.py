@@ -1,5 +1,6 @@
 """Every training mode's registered model can be served (issue 21): for interleaved,
-no_interleave, joint, flattened and record_view, a tiny model is trained through the real
+no_interleave, joint, flattened and record_view (and interleaved with the TVM reading S(k) as a
+bag of values, ``tvm_positions="within_value"``), a tiny model is trained through the real
 pipeline into one real MLflow SQLite store, loaded by its ``models:/`` URI and scored with
 ``seqenc score``'s code and with the MLflow pyfunc. Both give, for the test sequences, the
 probabilities the trainer itself computed from its training-time inputs -- so serving builds
@@ -34,7 +35,9 @@ from training.trainer import TrainConfig
 
 TASK, SOURCE, CLASSES = "anomaly", "hdfs", ["Normal", "Anomaly"]
 ARCH = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA, "flattened": FlattenedEncoder,
-        "record_view": RecordViewEncoder}
+        "record_view": RecordViewEncoder, "interleaved+bag": TVMKA}
+# "<mode>+<variant>": the mode trained with these TVMKAConfig fields
+VARIANTS = {"bag": {"tvm_positions": "within_value"}}
 STEPS = {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 3, "task_steps": 6, "batch_size": 8,
          "log_every": 2, "warmup_steps": 1}
 
@@ -61,8 +64,10 @@ def trained(root):
         if mode not in done:
             work = root / "modes" / mode
             shutil.copytree(root / "sequences", work / "sequences")
-            result = pipeline.stage_train(str(work), TASK, "tiny", progress=False, mode=mode, train_overrides=STEPS,
-                                          data_root=str(root / "data"), tracking_dir=str(root))
+            base, _, variant = mode.partition("+")
+            result = pipeline.stage_train(str(work), TASK, "tiny", progress=False, mode=base, train_overrides=STEPS,
+                                          model_overrides=VARIANTS.get(variant), data_root=str(root / "data"),
+                                          tracking_dir=str(root))
             done[mode] = {**result, "work": work, "data_root": root / "data", "task_name": TASK,
                           "night_dir": str(work),
                           "dates": storage.ingest_dates(root / "data", SOURCE)}
@@ -86,7 +91,7 @@ def trainer_probabilities(result: dict, mode: str) -> tuple[list[str], np.ndarra
     work = result["work"]
     model, tok, _ = load_bundle(result["model_dir"])
     data, splits = split_of(work)
-    if mode in ("interleaved", "no_interleave"):
+    if mode.partition("+")[0] in ("interleaved", "no_interleave"):
         job = pipeline.job_dir(work, TASK)
         final_cache = max(job.glob("kr_cache_v*.safetensors"), key=lambda p: int(p.stem.split("_v")[1]))
         return data.sequence_ids, ka_probabilities(model.ka, load_file(str(final_cache))["kr"], data)
@@ -113,7 +118,10 @@ def test_every_mode_is_served_by_uri_with_the_training_inputs(root, trained, tmp
     result = trained(mode)
     uri = f"models:/seqenc-{TASK}/{result['model_version']}"
     resolved = resolve_model(uri, tmp_path / "download")
-    assert type(load_bundle(resolved.bundle).model) is ARCH[mode]
+    model = load_bundle(resolved.bundle).model
+    assert type(model) is ARCH[mode]
+    for field, value in VARIANTS.get(mode.partition("+")[2], {}).items():  # the bundle rebuilds the variant
+        assert getattr(model.config, field) == value
 
     # seqenc score (the CLI's code): every sequence of the day
     scored = score_partitions(uri, root / "data", tmp_path / "scored", tracking_dir=root, progress=False)

@@ -5,7 +5,8 @@ request ``next_item``):
 value sequences S(k) from the dataset's objects, a WordPiece vocabulary from its train split,
 then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; on request
 ``joint``, ``interleaved+rvd``, interleaved with replaced-value detection, seqenc.config, and
-``interleaved+surprise``, scored with the TVM's masked-LM surprise too, seqenc.surprise)
+``interleaved+surprise``, scored with the TVM's masked-LM surprise too, seqenc.surprise, and
+``interleaved+bag``, the TVM reading S(k) as a bag of values: ``tvm_positions="within_value"``)
 trained with the demo's model and step sizes (but 1:10 TVM:KA steps, BENCH_OVERRIDES) and the
 same seed, evaluated on the test split (binary threshold fitted on dev), next to scikit-learn
 logistic regression on event-count vectors (``count_lr``) and, on binary datasets, the floor of
@@ -16,7 +17,8 @@ its dev figure ``dev_<headline>`` (``dev_f1``, ``dev_macro_f1``, ``dev_recall_at
 to choose settings on. Beside OUT: a Markdown table, a bar plot and ``OUT.datasets.json`` with
 how each dataset was built and split: ``description``, ``counts``, ``split`` (the rule, e.g.
 hdfs ``by_content`` / ``by_line``) and ``duplicates_across_splits`` (dev and test sequences whose
-content also occurs in another split, training.benchdata). hdfs is split by content by default
+content also occurs in another split, training.benchdata) and ``bag_duplicates_across_splits``
+(the same with contents compared as bags: the same values in any order). hdfs is split by content by default
 (no dev or test block repeats a train block's event sequence); ``split="by_line"`` (CLI ``--split
 by_line``) restores the earlier line-index split for comparison with papers.
 With ``--seeds 0,1,2`` every row is the mean over the seeds, plus ``std`` and ``per_seed``.
@@ -59,8 +61,10 @@ MODES = ("interleaved", "no_interleave", "flattened", "record_view")
 # about twice the tokens of the others and take ~10 min a TVM mode on 2 cores
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
 # "<mode>+<variant>": the mode with model options; rvd = replaced-value detection (seqenc.config),
-# surprise = the KA's score combined with the TVM's masked-LM surprise (seqenc.surprise)
-VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}, "surprise": {"surprise_scoring": True}}
+# surprise = the KA's score combined with the TVM's masked-LM surprise (seqenc.surprise), bag = the
+# TVM reads S(k) as a bag of values (tvm_positions="within_value", seqenc.config)
+VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}, "surprise": {"surprise_scoring": True},
+            "bag": {"tvm_positions": "within_value"}}
 FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
 RANKING = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr")  # next_item rows add these
 # On top of the size's settings: ten KA steps per TVM step instead of the trainer's 2:1. KA
@@ -88,7 +92,7 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
         {"n_classes": len(ds.class_names), "class_names": list(ds.class_names)}
     base, variant = _variant(mode)
     config = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
-                            "task": ds.task, **outputs, **VARIANTS[variant]})
+                            "val_sep_token_id": tok.val_sep_id, "task": ds.task, **outputs, **VARIANTS[variant]})
     cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": base})
     t0 = time.time()
     torch.manual_seed(seed)  # initial weights must not depend on what ran before in this process
@@ -114,7 +118,7 @@ def _variant(mode: str) -> tuple[str, str]:
     base, _, variant = mode.partition("+")
     if base not in MODES_ALL or variant not in VARIANTS or (variant and base in END_TO_END):
         raise ValueError(f"unknown bench mode {mode!r}: a training mode ({', '.join(MODES_ALL)}), "
-                         "interleaved / no_interleave optionally with +rvd or +surprise")
+                         "interleaved / no_interleave optionally with +rvd, +surprise or +bag")
     return base, variant
 
 
@@ -183,7 +187,8 @@ def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str 
     for name in datasets:
         ds = load_dataset(name, data_dir, Path(workdir) / "data", seed=seed, limit=limits.get(name), split=split)
         described[name] = {"description": ds.description, "counts": ds.counts(), "limit": limits.get(name),
-                           "split": ds.split_rule, "duplicates_across_splits": duplicates_across_splits(ds)}
+                           "split": ds.split_rule, "duplicates_across_splits": duplicates_across_splits(ds),
+                           "bag_duplicates_across_splits": duplicates_across_splits(ds, ordered=False)}
         results[name] = bench_dataset(ds, modes, sizes, seed, Path(workdir) / "runs" / name, progress)
         described[name]["settings"] = sizes
     return results, described

@@ -104,6 +104,10 @@ SIZES = {
 # the step counts. Choice: smaller learning rates (the paper's grid holds 1e-4 .. 5e-6), and the
 # KA starts from the checkpoint's layers too (into_ka).
 PRETRAINED_TRAIN = {"lr_tvm": 5e-5, "lr_ka": 1e-4}
+# TVMKAConfig fields a pre-trained checkpoint fixes (seqenc.pretrained.config_from_bert); other
+# model overrides (tvm_positions, surprise_scoring, dropout, ...) apply to it as to a fresh model
+CHECKPOINT_FIELDS = {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "hidden_act", "max_positions",
+                     "type_vocab_size", "layer_norm_eps", "pad_token_id"}
 
 
 def _size(size: str) -> dict:
@@ -306,7 +310,8 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
 
     torch.manual_seed(seed)
     surprise = bool((model_overrides or {}).get("surprise_scoring", False))
-    task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "task": spec.task, "class_names": classes,
+    task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "val_sep_token_id": tok.val_sep_id,
+            "task": spec.task, "class_names": classes,
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
             "value_repeats": tok.value_repeats,
             "surprise_scoring": surprise,
@@ -319,7 +324,12 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
         raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave or flattened")
     if pretrained:
         depth = {"n_layers": pretrained_layers} if pretrained_layers else {}
-        model = tvmka_from_bert(pretrained, into_ka=True, max_positions=sz["model"]["max_positions"], **depth, **task)
+        fixed = sorted(set(model_overrides or {}) & CHECKPOINT_FIELDS)
+        if fixed:
+            raise ValueError(f"with a pre-trained init the checkpoint sets {', '.join(fixed)}: leave them out of "
+                             "the model config (--pretrained-layers sets the depth)")
+        model = tvmka_from_bert(pretrained, into_ka=True, **{"max_positions": sz["model"]["max_positions"],
+                                                             **(model_overrides or {}), **depth, **task})
     else:
         model = TVMKA(TVMKAConfig(**{**sz["model"], **(model_overrides or {}), **task}))
     train_cfg = TrainConfig(**train)
