@@ -23,8 +23,8 @@ Choices (the TVM-KA paper treats values as text and says nothing about numbers):
   S(k) says whose bins they are); they are added to the vocabulary as unsplittable tokens but
   are not special: MLM masks and predicts them like any value token.
 
-Off by default (``TVMKAConfig.numeric_bins = 0``); ``numeric_bins=16`` turns it on. Measured on
-``value_anomaly`` (interleaved, bench settings, seeds 0 / 1 / 2, each seed its own generated
+Off by default (``TVMKAConfig.numeric_bins = 0``); ``numeric_bins=16`` turns it on. Measured before
+the protocol of docs/benchmarks.md (test splits that also chose) on ``value_anomaly`` (interleaved, bench settings, seeds 0 / 1 / 2, each seed its own generated
 data): test F1 0.545 / 0.591 / 0.222 with 16 bins (mean 0.453), 0.471 / 0.423 / 0.261 without
 (mean 0.385, the bench's runs) -- a difference well inside the spread between seeds. (An
 earlier note compared with 0.723 / 0.476 for seeds 1 / 2 "without": those runs had a scratch
