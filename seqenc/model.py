@@ -64,8 +64,8 @@ class Embeddings(nn.Module):
     def __init__(self, config: TVMKAConfig, positional: bool = True, within_value: bool = False):
         super().__init__()
         # what a position counts: the index in the row, or (within_value, the TVM under
-        # config.tvm_positions="within_value") the offset from the last [VAL_SEP]
-        self.within_value = config.val_sep_token_id if positional and within_value else None
+        # config.tvm_positions="within_value") the offset from the last [VAL_SEP], whose id this is
+        self.restart_id = config.val_sep_token_id if positional and within_value else None
         self.word = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_positions, config.d_model) if positional else None
         self.token_type = nn.Embedding(config.type_vocab_size, config.d_model)
@@ -79,9 +79,9 @@ class Embeddings(nn.Module):
         x = self.word(input_ids) + types
         if self.position is not None:
             index = torch.arange(L, device=input_ids.device)  # [L]
-            if self.within_value is not None:
+            if self.restart_id is not None:
                 # offset from the last [VAL_SEP] at or before each token: [CLS] 0, key 1.., [VAL_SEP] 0, value 1..
-                last_sep = torch.where(input_ids == self.within_value, index, 0).cummax(dim=1).values  # [B, L]
+                last_sep = torch.where(input_ids == self.restart_id, index, 0).cummax(dim=1).values  # [B, L]
                 x = x + self.position(index - last_sep)
             else:
                 x = x + self.position(index)

@@ -25,6 +25,7 @@ from seqenc.sequences import TokenizedSequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import pipeline
 from training.batch_score import score_partitions
+from training.bench_accuracy import VARIANTS  # "<mode>+<variant>": the mode trained with these TVMKAConfig fields
 from training.data import label_array
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.metrics import task_metrics
@@ -36,8 +37,6 @@ from training.trainer import TrainConfig
 TASK, SOURCE, CLASSES = "anomaly", "hdfs", ["Normal", "Anomaly"]
 ARCH = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA, "flattened": FlattenedEncoder,
         "record_view": RecordViewEncoder, "interleaved+bag": TVMKA}
-# "<mode>+<variant>": the mode trained with these TVMKAConfig fields
-VARIANTS = {"bag": {"tvm_positions": "within_value"}}
 STEPS = {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 3, "task_steps": 6, "batch_size": 8,
          "log_every": 2, "warmup_steps": 1}
 

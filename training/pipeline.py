@@ -314,7 +314,6 @@ def stage_train(workdir: str, task_name: str, size: str = "demo", seed: int = 0,
             "task": spec.task, "class_names": classes,
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
             "value_repeats": tok.value_repeats,
-            "surprise_scoring": surprise,
             **({"n_items": len(classes)} if spec.task == "next_item" else {"n_classes": len(classes)})}
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode,
              **(train_overrides or {})}
