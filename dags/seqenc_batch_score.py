@@ -1,6 +1,8 @@
 """seqenc_batch_score: each day, score the day's sequences with each task's champion model.
 
-Graph: one ``score_<task>`` per task (``anomaly``, ``milestone``, ``next_item``).
+Graph: ``tasks -> score[task]``, one mapped ``score`` per task of the catalogue (seqenc.catalog;
+the param ``catalog``, else the Airflow Variable ``seqenc_catalog``, else ``$SEQENC_CATALOG``,
+else the built-in one), so a task added to the catalogue is scored once it has a champion.
 
 Each loads ``models:/seqenc-<task>@champion`` from the Model Registry (only the bundle's
 safetensors + JSON, training.registry), scores every sequence of the day's ingest partition of
@@ -11,7 +13,7 @@ MLflow experiment ``seqenc-scoring`` (training.batch_score). A task whose model 
 yet is skipped with that reason.
 
 Params: ``workdir`` (data root ``<workdir>/data``, predictions, and the MLflow store unless
-``$MLFLOW_TRACKING_URI`` is set), ``tasks``, ``alias`` (default ``champion``), ``date`` (a day
+``$MLFLOW_TRACKING_URI`` is set), ``catalog``, ``tasks`` (default: all), ``alias`` (default ``champion``), ``date`` (a day
 to score instead of the data interval's).
 """
 
@@ -20,9 +22,8 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import CronDataIntervalTimetable, Param, dag, get_current_context, task
+from airflow.sdk import CronDataIntervalTimetable, Param, Variable, dag, get_current_context, task
 
-TASK_NAMES = ("anomaly", "milestone", "next_item")
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
@@ -35,7 +36,23 @@ def _day() -> str:
     return when.strftime("%Y-%m-%d")
 
 
+def _catalog() -> str | None:
+    return get_current_context()["params"].get("catalog") or Variable.get("seqenc_catalog", default=None)
+
+
 @task
+def tasks() -> list[str]:
+    from seqenc.catalog import load_catalog
+
+    declared = list(load_catalog(_catalog()).tasks)
+    wanted = get_current_context()["params"].get("tasks") or declared
+    unknown = sorted(set(wanted) - set(declared))
+    if unknown:
+        raise ValueError(f"param tasks names {unknown}, not in the catalogue's {declared}")
+    return [name for name in declared if name in wanted]
+
+
+@task(map_index_template="{{ seqenc_task }}")
 def score(task_name: str) -> dict:
     from airflow.sdk.exceptions import AirflowSkipException
 
@@ -43,9 +60,9 @@ def score(task_name: str) -> dict:
     from training.pipeline import registered_model_name
     from training.registry import NoChampionError, model_uri
 
-    params = get_current_context()["params"]
-    if task_name not in params["tasks"]:
-        raise AirflowSkipException(f"{task_name} is not in this run's tasks {params['tasks']}")
+    ctx = get_current_context()
+    ctx["seqenc_task"] = task_name
+    params = ctx["params"]
     workdir = os.path.abspath(os.path.expanduser(params["workdir"]))
     uri = model_uri(registered_model_name(task_name), params["alias"])
     try:
@@ -66,7 +83,9 @@ def score(task_name: str) -> dict:
     default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
     params={
         "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory"),
-        "tasks": Param(list(TASK_NAMES), type="array", description="tasks to score"),
+        "catalog": Param("", type="string", description="catalogue TOML (default: the Variable seqenc_catalog, "
+                                                      "else $SEQENC_CATALOG, else the built-in one)"),
+        "tasks": Param([], type="array", description="tasks to score (default: every catalogue task)"),
         "alias": Param("champion", type="string", description="registry alias of the model to use"),
         "date": Param("", type="string", description="YYYY-MM-DD to score instead of the data interval's day"),
     },
@@ -74,8 +93,7 @@ def score(task_name: str) -> dict:
     doc_md=__doc__,
 )
 def seqenc_batch_score():
-    for name in TASK_NAMES:
-        score.override(task_id=f"score_{name}")(name)
+    score.expand(task_name=tasks())
 
 
 seqenc_batch_score()

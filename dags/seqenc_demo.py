@@ -4,11 +4,10 @@ Each task calls one stage function of ``training.pipeline``; tasks hand each oth
 dicts those stages return (paths, counts, run ids) through XCom, never data. The heavy imports
 (torch, polars, mlflow, ...) happen inside the task functions, so parsing this file stays cheap.
 
-Graph::
+Graph (mapped over the catalogue's sources and tasks: the built-in one, or the param
+``catalog``, whose sources need a ``demo_generator``)::
 
-    generate -> ingest_logs      -> sequences_anomaly   -> train_anomaly   -> score_anomaly
-             -> ingest_events    -> sequences_milestone -> train_milestone -> score_milestone
-             -> ingest_purchases -> sequences_next_item -> train_next_item -> score_next_item
+    generate -> ingest[source] -> tasks -> sequences[task] -> train[task] -> score[task]
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-TASK_NAMES = ("anomaly", "milestone", "next_item")
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
@@ -39,62 +37,65 @@ def _ingest_date() -> str:
     return when.strftime("%Y-%m-%d")
 
 
+def _catalog() -> str | None:
+    return get_current_context()["params"].get("catalog") or None
+
+
 @task
-def generate() -> dict:
+def generate() -> list[dict]:
     from training.pipeline import stage_generate
 
     workdir, size, seed = _params()
-    return stage_generate(workdir, size, seed)
+    return [{"source": name, **files} for name, files in stage_generate(workdir, size, seed, _catalog()).items()]
 
 
-@task
-def ingest_logs(raw: dict) -> dict:
-    from training.pipeline import stage_ingest_logs
+@task(map_index_template="{{ seqenc_item }}")
+def ingest(item: dict) -> dict:
+    from training.pipeline import stage_ingest
 
+    get_current_context()["seqenc_item"] = item["source"]
     workdir, _, _ = _params()
-    return stage_ingest_logs(workdir, raw["hdfs_log"], raw["hdfs_labels"], ingest_date=_ingest_date())
+    return stage_ingest(workdir, item["source"], item["path"], item["labels"], ingest_date=_ingest_date(),
+                        catalog=_catalog())
 
 
 @task
-def ingest_events(raw: dict) -> dict:
-    from training.pipeline import stage_ingest_events
+def tasks(ingested: list[dict]) -> list[dict]:
+    """The catalogue's tasks whose source was generated and ingested, with its ingest date."""
+    from seqenc.catalog import load_catalog
 
-    workdir, _, _ = _params()
-    return stage_ingest_events(workdir, raw["events"], raw["events_labels"], ingest_date=_ingest_date())
-
-
-@task
-def ingest_purchases(raw: dict) -> dict:
-    from training.pipeline import stage_ingest_events
-
-    workdir, _, _ = _params()
-    return stage_ingest_events(workdir, raw["purchases"], raw["purchases_labels"], ingest_date=_ingest_date(),
-                               source="purchases")
+    date_of = {item["source"]: item["ingest_date"] for item in ingested}
+    return [{"task_name": name, "ingest_date": date_of[task.source]}
+            for name, task in load_catalog(_catalog()).tasks.items() if task.source in date_of]
 
 
-@task
-def sequences(ingested: dict, task_name: str) -> dict:
+@task(map_index_template="{{ seqenc_item }}")
+def sequences(item: dict) -> dict:
     from training.pipeline import stage_sequences
 
+    get_current_context()["seqenc_item"] = item["task_name"]
     workdir, size, seed = _params()
-    return {**stage_sequences(workdir, task_name, size, seed, ingest_date=ingested["ingest_date"]),
-            "ingest_date": ingested["ingest_date"]}
+    return {**stage_sequences(workdir, item["task_name"], size, seed, ingest_date=item["ingest_date"],
+                              catalog=_catalog()), **item}
 
 
-@task
-def train(seqs: dict, task_name: str) -> dict:
+@task(map_index_template="{{ seqenc_item }}")
+def train(seqs: dict) -> dict:
     from training.pipeline import stage_train
 
+    get_current_context()["seqenc_item"] = seqs["task_name"]
     workdir, size, seed = _params()
-    return {**stage_train(workdir, task_name, size, seed, progress=False), "ingest_date": seqs["ingest_date"]}
+    return {**stage_train(workdir, seqs["task_name"], size, seed, progress=False), "task_name": seqs["task_name"],
+            "ingest_date": seqs["ingest_date"]}
 
 
-@task
-def score(trained: dict, task_name: str) -> dict:
+@task(map_index_template="{{ seqenc_item }}")
+def score(trained: dict) -> dict:
     from training.pipeline import stage_score
 
+    get_current_context()["seqenc_item"] = trained["task_name"]
     workdir, _, _ = _params()
-    return stage_score(workdir, task_name, progress=False, ingest_date=trained["ingest_date"])
+    return stage_score(workdir, trained["task_name"], progress=False, ingest_date=trained["ingest_date"])
 
 
 @dag(
@@ -109,17 +110,14 @@ def score(trained: dict, task_name: str) -> dict:
         "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory of the job"),
         "size": Param("demo", type="string", enum=["demo", "tiny"], description="built-in data/model size"),
         "seed": Param(0, type="integer", description="random seed"),
+        "catalog": Param("", type="string", description="catalogue TOML (default: the built-in one)"),
     },
     tags=["seqenc"],
     doc_md=__doc__,
 )
 def seqenc_demo():
-    raw = generate()
-    ingested = {"anomaly": ingest_logs(raw), "milestone": ingest_events(raw), "next_item": ingest_purchases(raw)}
-    for name in TASK_NAMES:
-        seqs = sequences.override(task_id=f"sequences_{name}")(ingested[name], name)
-        trained = train.override(task_id=f"train_{name}")(seqs, name)
-        score.override(task_id=f"score_{name}")(trained, name)
+    ingested = ingest.expand(item=generate())
+    score.expand(trained=train.expand(seqs=sequences.expand(item=tasks(ingested))))
 
 
 seqenc_demo()

@@ -14,8 +14,9 @@ Graph (one mapped ``ingest_file`` task per file of the data interval)::
 
 Configuration: params ``date`` (a day to (re-)ingest instead of the interval's), ``workdir`` (the data root is ``<workdir>/data``; default
 ``$SEQENC_WORKDIR``, else ``~/seqenc-work``) and ``landing`` (default ``$SEQENC_LANDING``, else
-``<workdir>/landing``); per-source options from the Airflow Variable ``seqenc_sources`` (JSON,
-parsers.landing.load_sources), else the file named by ``$SEQENC_SOURCES``, else the defaults.
+``<workdir>/landing``) and ``catalog``; per-source options from the catalogue's ``[sources.<name>]``
+(seqenc.catalog): the param ``catalog``, else the Airflow Variable ``seqenc_catalog`` (a path or
+the TOML text), else ``$SEQENC_CATALOG``, else the built-in one.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def _days() -> list[str]:
     return interval_days(start, end)
 
 
-def _sources():
-    return Variable.get("seqenc_sources", default=None) or os.environ.get("SEQENC_SOURCES")
+def _catalog() -> str | None:
+    return get_current_context()["params"].get("catalog") or Variable.get("seqenc_catalog", default=None)
 
 
 @task
@@ -67,7 +68,7 @@ def ingest_file(item: dict) -> dict:
     from parsers.landing import ingest_file as ingest_one
 
     root, _ = _paths()
-    return ingest_one(item, root, _sources())
+    return ingest_one(item, root, _catalog())
 
 
 @task(trigger_rule="none_failed")  # also runs when the interval has no files (mapped task skipped)
@@ -95,6 +96,8 @@ def finalize(files: list[dict], reports) -> dict:
         "landing": Param("", type="string", description="landing directory (default $SEQENC_LANDING, "
                                                         "else <workdir>/landing)"),
         "date": Param("", type="string", description="YYYY-MM-DD to ingest instead of the data interval's days"),
+        "catalog": Param("", type="string", description="catalogue TOML (default: the Variable seqenc_catalog, "
+                                                      "else $SEQENC_CATALOG, else the built-in one)"),
     },
     tags=["seqenc"],
     doc_md=__doc__,

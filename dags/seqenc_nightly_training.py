@@ -1,10 +1,12 @@
-"""seqenc_nightly_training: each night, train every task on the last W days and promote on merit.
+"""seqenc_nightly_training: each night, train every catalogue task on the last W days and promote on merit.
 
-Graph, per task (``anomaly``, ``milestone``, ``next_item``)::
+Graph: one mapped ``train`` and ``promote`` per task of the catalogue (seqenc.catalog), so that
+adding a task to the catalogue schedules it, with no change here::
 
-    train_<task> -> promote_<task>
+    tasks -> train[task] -> promote[task]
 
-* ``train_<task>``: value sequences from the ingest partitions of the ``window_days`` days up to
+* ``tasks``: the catalogue's task names (param ``tasks`` narrows them);
+* ``train[task]``: value sequences from the ingest partitions of the ``window_days`` days up to
   the run's date (skipped, with the reason, when the task's source was never ingested; an
   error when it was but the window holds none of it), a split fixed by sequence id, one
   training job (``mode``, interleaved by default; any mode's model is served the same way),
@@ -15,8 +17,11 @@ Graph, per task (``anomaly``, ``milestone``, ``next_item``)::
   better by more than ``min_delta``, otherwise the reason is recorded on the version and its run
   (training.nightly.promote_if_better).
 
-Training config (``{"model": {...}, "train": {...}}`` overrides): the param ``config_path`` (a
-JSON file) when given, else the Airflow Variable ``seqenc_training_config`` (JSON), else none.
+The catalogue: the param ``catalog`` (a TOML file) when given, else the Airflow Variable
+``seqenc_catalog`` (a path or the TOML text), else ``$SEQENC_CATALOG``, else the built-in one.
+Training config (``{"model": {...}, "train": {...}}`` overrides on top of each task's): the param
+``config_path`` (a JSON file) when given, else the Airflow Variable ``seqenc_training_config``
+(JSON), else none.
 The MLflow store is ``$MLFLOW_TRACKING_URI``, else ``<workdir>/mlflow.db``.
 """
 
@@ -28,7 +33,6 @@ from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import CronDataIntervalTimetable, Param, Variable, dag, get_current_context, task
 
-TASK_NAMES = ("anomaly", "milestone", "next_item")
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
@@ -58,28 +62,48 @@ def _config() -> dict:
     return json.loads(text) if text else {}
 
 
+def _catalog() -> str | None:
+    """The catalogue's path or text: param, Variable, else None ($SEQENC_CATALOG / the built-in one)."""
+    return get_current_context()["params"].get("catalog") or Variable.get("seqenc_catalog", default=None)
+
+
 @task
+def tasks() -> list[str]:
+    from seqenc.catalog import load_catalog
+
+    declared = list(load_catalog(_catalog()).tasks)
+    wanted = get_current_context()["params"].get("tasks") or declared
+    unknown = sorted(set(wanted) - set(declared))
+    if unknown:
+        raise ValueError(f"param tasks names {unknown}, not in the catalogue's {declared}")
+    return [name for name in declared if name in wanted]
+
+
+@task(map_index_template="{{ seqenc_task }}")
 def train(task_name: str) -> dict | None:
     from airflow.sdk.exceptions import AirflowSkipException
 
     from training.nightly import SourceNeverIngested, nightly_train
 
-    params = get_current_context()["params"]
-    if task_name not in params["tasks"]:
-        raise AirflowSkipException(f"{task_name} is not in this run's tasks {params['tasks']}")
+    ctx = get_current_context()
+    ctx["seqenc_task"] = task_name
+    params = ctx["params"]
     try:
         return nightly_train(_workdir(), task_name, _night(), window_days=int(params["window_days"]),
-                             size=params["size"], seed=int(params["seed"]), mode=params["mode"], config=_config())
+                             size=params["size"] or None, seed=int(params["seed"]), mode=params["mode"] or None,
+                             config=_config(), catalog=_catalog())
     except SourceNeverIngested as exc:  # a source this deployment does not feed; a late one still fails
         raise AirflowSkipException(str(exc)) from exc
 
 
-@task
+# none_failed: a task skipped tonight (its source never ingested) must not skip the others' promotion
+@task(map_index_template="{{ seqenc_task }}", trigger_rule="none_failed")
 def promote(trained: dict) -> dict:
     from training.nightly import promote_if_better
 
-    params = get_current_context()["params"]
-    return promote_if_better(_workdir(), trained, min_delta=float(params["min_delta"]))
+    ctx = get_current_context()
+    ctx["seqenc_task"] = trained["task_name"]
+    return promote_if_better(_workdir(), trained, min_delta=float(ctx["params"]["min_delta"]))
 
 
 @dag(
@@ -93,11 +117,15 @@ def promote(trained: dict) -> dict:
     default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
     params={
         "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory (data root <workdir>/data)"),
-        "tasks": Param(list(TASK_NAMES), type="array", description="tasks to train tonight"),
+        "catalog": Param("", type="string", description="catalogue TOML (default: the Variable seqenc_catalog, "
+                                                      "else $SEQENC_CATALOG, else the built-in one)"),
+        "tasks": Param([], type="array", description="tasks to train tonight (default: every catalogue task)"),
         "window_days": Param(7, type="integer", minimum=1, description="days of data to train on"),
-        "mode": Param("interleaved", type="string",
-                      enum=["interleaved", "no_interleave", "joint", "flattened", "record_view"]),
-        "size": Param("demo", type="string", enum=["demo", "tiny"], description="built-in model/step sizes"),
+        # checked when a task trains (seqenc.config.TRAINING_MODES: the one list; importing it here
+        # would load the package at every DAG parse)
+        "mode": Param("", type="string", description="training mode (default: each task's, else interleaved)"),
+        "size": Param("", type="string", enum=["", "demo", "tiny"],
+                      description="built-in model/step sizes (default: each task's, else demo)"),
         "seed": Param(0, type="integer"),
         "config_path": Param("", type="string", description="JSON training overrides (default: the Variable "
                                                             "seqenc_training_config)"),
@@ -108,9 +136,7 @@ def promote(trained: dict) -> dict:
     doc_md=__doc__,
 )
 def seqenc_nightly_training():
-    for name in TASK_NAMES:
-        trained = train.override(task_id=f"train_{name}")(name)
-        promote.override(task_id=f"promote_{name}")(trained)
+    promote.expand(trained=train.expand(task_name=tasks()))
 
 
 seqenc_nightly_training()

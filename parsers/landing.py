@@ -19,12 +19,13 @@ Three steps, so that an orchestrator can run the middle one once per file (Airfl
   ``_manifest.json`` per partition. Re-running an interval therefore leaves exactly the parts of
   the files that are there now: nothing duplicated, nothing stale.
 
-Per-source options come from a sources config (:func:`load_sources`): a JSON object
-``{source: {"preset": ..., "session_field": ..., "ts_field": ..., "id_column": ...,
-"label_column": ..., "max_reject_share": ...}}``. Defaults: a source named like a log preset
-uses that preset; ``sessions`` and ``purchases`` events use ``session_id`` and ``ts``; label
-CSVs use their first two columns; a file with more than 10 % rejected lines fails its task (its
-rejects are written first, with reasons).
+Per-source options come from the catalogue (seqenc.catalog: ``[sources.<name>]``: ``preset`` or
+``formats`` and sessioning for logs, ``session_field`` / ``ts_field`` for events, the labels'
+``label_id_column`` / ``label_column``, ``max_reject_share``). A landing folder of a source the
+catalogue does not declare is ingested with the defaults: events by ``session_id`` and ``ts``,
+logs only when the source is named like a log preset; label CSVs use their first two columns; a
+file with more than 10 % rejected lines fails its task (its rejects are written first, with
+reasons).
 
 Choices: Drain3 state is one file per source (``<root>/state/drain3-<src>.json``), read at the
 start and written at the end of each log file's ingest, so log files of one source must not be
@@ -38,39 +39,59 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-import os
 from pathlib import Path
 
 from parsers import storage
+from seqenc.catalog import Source, load_catalog
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIXES = (".log", ".log.gz", ".txt", ".txt.gz")
 EVENT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
-DEFAULT_SOURCES = {
-    "hdfs": {"preset": "hdfs", "id_column": "BlockId", "label_column": "Label"},
-    "sessions": {"session_field": "session_id", "ts_field": "ts", "id_column": "session_id", "label_column": "label"},
-    # purchase events (the next_item task): one sequence per user, the label is the next product
-    "purchases": {"session_field": "session_id", "ts_field": "ts", "id_column": "session_id", "label_column": "label"},
-}
-DEFAULT_MAX_REJECT_SHARE = 0.1
 MANIFEST = "_manifest.json"
 
 
-def load_sources(config: str | dict | None = None) -> dict:
-    """The sources config: a dict, a JSON text, a path to a JSON file, or None (defaults);
-    entries given override the defaults of the same source."""
-    if config is None or config == "":
-        given = {}
-    elif isinstance(config, dict):
-        given = config
-    elif os.path.isfile(str(config)):
-        given = json.loads(Path(config).read_text())
-    else:
-        given = json.loads(config)
-    if not isinstance(given, dict) or not all(isinstance(v, dict) for v in given.values()):
-        raise ValueError("sources config must be a JSON object {source: {option: value}}")
-    return {**DEFAULT_SOURCES, **given}
+def source_spec(catalog, source: str, kind: str) -> Source:
+    """The catalogue's ``[sources.<source>]``, or the defaults of an undeclared source of that
+    ``kind`` ("logs" | "events"; a labels file takes its source's declared kind, else events)."""
+    catalog = load_catalog(catalog)
+    if source in catalog.sources:
+        return catalog.sources[source]
+    return Source(kind="logs" if kind == "logs" else "events")
+
+
+def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, kind: str | None = None,
+                ingest_date=None, part_stem: str | None = None) -> dict:
+    """Ingest one raw file of ``source`` as its ``spec`` says: ``kind`` "logs" or "events" (default:
+    the source's) writes objects, "labels" writes labels (``part_stem`` names their part). The one
+    place that turns a source's declared options into the ingest functions' arguments, for
+    ``seqenc ingest``, the demo and the landing DAG."""
+    from parsers.events import ingest_events
+    from parsers.log_ingest import ingest_logs
+    from parsers.logs import ingest_labels
+    from parsers.presets import PRESETS, resolve
+    from parsers.sessions import SessionSpec
+
+    kind = kind or spec.kind
+    if kind == "labels":
+        return ingest_labels(path, root, source, id_column=spec.label_id_column, label_column=spec.label_column,
+                             ingest_date=ingest_date, part_stem=part_stem)
+    if kind == "events":
+        return ingest_events(path, root, source=source, ingest_date=ingest_date, **spec.event_options())
+    if kind != "logs":
+        raise ValueError(f"unknown ingest kind {kind!r} for {path}; allowed: logs, events, labels")
+    preset = spec.preset or (source if source in PRESETS else None)
+    if preset is None:
+        raise ValueError(f"log source {source!r} has no log format: give it a preset (one of "
+                         f"{', '.join(sorted(PRESETS))}) or formats in the catalogue, or --preset / --formats")
+    session = None
+    if spec.session_id:
+        session = SessionSpec(id_pattern=spec.session_id)
+    elif spec.window:
+        session = SessionSpec(field=spec.session_field, window_s=spec.window, step_s=spec.step)
+    fmt = resolve(preset, spec.formats)
+    return ingest_logs(path, root, source=source, preset=fmt, ingest_date=ingest_date, session=session,
+                       max_reject_share=spec.max_reject_share)
 
 
 def interval_days(start: dt.date | dt.datetime | str, end: dt.date | dt.datetime | str | None = None) -> list[str]:
@@ -128,32 +149,15 @@ def part_of(item: dict) -> str:
     return storage.part_name(_label_stem(item) + ".csv" if item["kind"] == "labels" else item["path"])
 
 
-def ingest_file(item: dict, root: str | Path, sources: dict | None = None) -> dict:
-    """Ingest one file found by :func:`find_interval_files` into the data root; returns the
-    ingest report plus ``path, source, date, kind, part``."""
-    from parsers.events import ingest_events
-    from parsers.log_ingest import ingest_logs
-    from parsers.logs import ingest_labels
-    from parsers.presets import PRESETS
-
-    sources = load_sources(sources)
+def ingest_file(item: dict, root: str | Path, catalog=None) -> dict:
+    """Ingest one file found by :func:`find_interval_files` into the data root, with its source's
+    options from ``catalog`` (seqenc.catalog.load_catalog: a path, TOML text, a Catalog, or
+    None for $SEQENC_CATALOG / the default); returns the ingest report plus ``path, source,
+    date, kind, part``."""
     source, day, path, kind = item["source"], item["date"], Path(item["path"]), item["kind"]
-    opts = sources.get(source, {})
-    share = opts.get("max_reject_share", DEFAULT_MAX_REJECT_SHARE)
-    if kind == "logs":
-        preset = opts.get("preset", source if source in PRESETS else None)
-        if preset is None:
-            raise ValueError(f"landing source {source!r}: no log format; give it a 'preset' in the sources config "
-                             f"(one of {', '.join(sorted(PRESETS))})")
-        report = ingest_logs(path, root, source=source, preset=preset, ingest_date=day, max_reject_share=share)
-    elif kind == "events":
-        report = ingest_events(path, root, source=source, session_field=opts.get("session_field", "session_id"),
-                               ts_field=opts.get("ts_field", "ts"), ingest_date=day, max_reject_share=share)
-    elif kind == "labels":
-        report = ingest_labels(path, root, source, id_column=opts.get("id_column"),
-                               label_column=opts.get("label_column"), ingest_date=day, part_stem=_label_stem(item))
-    else:
-        raise ValueError(f"unknown landing file kind {kind!r} for {path}")
+    spec = source_spec(catalog, source, kind)
+    stem = _label_stem(item) if kind == "labels" else None
+    report = ingest_path(path, root, source, spec, kind, ingest_date=day, part_stem=stem)
     out = json.loads(json.dumps(report, default=str))
     return {**out, "path": str(path), "source": source, "date": day, "kind": kind, "part": part_of(item)}
 

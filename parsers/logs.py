@@ -178,7 +178,15 @@ def ingest_labels(csv_path, root, source: str, id_column: str | None = None, lab
     ids, labels, rejects, seen = [], [], [], set()
     with csv_path.open(newline="", encoding="utf-8") as fh:
         reader = csv.reader(fh)
-        header = next(reader)
+        header = next(reader, None)
+        if not header:
+            raise ValueError(f"labels file {csv_path} is empty; it needs a header row and one row per sequence")
+        for name in (id_column, label_column):
+            if name is not None and name not in header:
+                raise ValueError(f"labels file {csv_path} has no column {name!r}; its columns: {', '.join(header)} "
+                                 "(set label_id_column / label_column, or --label-id-column / --label-column)")
+        if len(header) < 2 and (id_column is None or label_column is None):
+            raise ValueError(f"labels file {csv_path} has one column ({header[0]!r}); it needs an id and a label column")
         id_i = header.index(id_column) if id_column else 0
         lab_i = header.index(label_column) if label_column else 1
         for line_no, row in enumerate(reader, 2):

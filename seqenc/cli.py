@@ -1,9 +1,12 @@
 """The ``seqenc`` command.
 
     seqenc demo --out DIR          the main job on the built-in data (generate, ingest, train, score)
-    seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects
-    seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects
-    seqenc train --workdir DIR --task T [--mode M] [--deepspeed ds.json]   one training job (--resume JOB)
+    seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects (--labels CSV)
+    seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects (--labels CSV)
+    seqenc profile --root ROOT --source S   per key: distinct values, share, unique per object; a starter task
+    seqenc tasks [--catalog FILE]  the declared tasks, with ingested / labelled sequences per class
+    seqenc train --workdir DIR --task T [--catalog FILE] [--mode M]   one training job (--resume JOB)
+    seqenc evaluate --workdir DIR --task T [--model URI] [--split S | --date D]   a task's metrics on labelled data
     seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
     seqenc bench model --json OUT  TVM-KA vs flattened BERT (cut at the window and whole): time, peak memory
     seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 (defaults, our masks)
@@ -27,13 +30,18 @@ from pathlib import Path
 def _print_summary(summary: dict) -> None:
     rows = []
     for task, metrics in summary["metrics"].items():
-        rows.append((task, "  ".join(f"{k}={v:.3f}" for k, v in metrics.items())))
-    width = max(len(t) for t, _ in rows)
-    print("\nseqenc demo — test-split metrics (TVM-KA, interleaved training)")
-    print("-" * 72)
-    for task, text in rows:
-        print(f"{task:<{width}}  {text}")
-    print("-" * 72)
+        rows.append((task, "TVM-KA", "  ".join(f"{k}={v:.3f}" for k, v in metrics.items())))
+        baseline = (summary.get("baselines") or {}).get(task)
+        if baseline:  # the simplest model on the same split: what TVM-KA adds
+            shown = {k: v for k, v in baseline.items() if k in metrics and isinstance(v, int | float)}
+            rows.append(("", "counts LR", "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
+    width = max(len(t) for t, _, _ in rows)
+    print("\nseqenc demo — test-split metrics (TVM-KA, interleaved training; counts LR: logistic regression on "
+          "value counts, same split)")
+    print("-" * 96)
+    for task, model, text in rows:
+        print(f"{task:<{width}}  {model:<9}  {text}")
+    print("-" * 96)
     print(f"wall time: {summary['seconds']:.1f} s")
     print("predictions:")
     for path in summary["predictions"]:
@@ -62,20 +70,10 @@ def cmd_demo(args) -> int:
     from training.pipeline import run_demo
 
     summary = run_demo(args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
-                       pretrained=args.pretrained, pretrained_layers=args.pretrained_layers)
+                       pretrained=args.pretrained, pretrained_layers=args.pretrained_layers, catalog=args.catalog)
     _print_summary(summary)
     print(f"summary: {args.out}/summary.json")
     return 0
-
-
-def _session(args):
-    from parsers.sessions import SessionSpec
-
-    if args.session_id:
-        return SessionSpec(id_pattern=args.session_id)
-    if args.window:
-        return SessionSpec(field=args.session_field, window_s=args.window, step_s=args.step)
-    return None
 
 
 def _run_ingest(fn) -> int:
@@ -92,26 +90,103 @@ def _run_ingest(fn) -> int:
     return 0
 
 
-def cmd_ingest_logs(args) -> int:
-    from parsers.logs import ingest_labels, ingest_logs
-    from parsers.presets import resolve
+def _source_spec(args, kind: str):
+    """The catalogue's options for ``--source`` (or an undeclared source's defaults), with the
+    options given on the command line on top."""
+    from parsers.landing import source_spec
 
-    fmt = resolve(args.preset, args.formats)
-    code = _run_ingest(lambda: ingest_logs(args.file, args.root, source=args.source, preset=fmt,
-                                           ingest_date=args.date, session=_session(args),
-                                           max_reject_share=args.max_reject_share))
-    if args.labels:
-        ingest_labels(args.labels, args.root, args.source, id_column=args.label_id_column,
-                      label_column=args.label_column)
+    spec = source_spec(args.catalog, args.source, kind)
+    if spec.kind != kind:
+        raise ValueError(f"source {args.source!r} is declared as {spec.kind} in the catalogue; use "
+                         f"seqenc ingest {spec.kind}")
+    given = {name: getattr(args, name) for name in ("preset", "formats", "session_field", "ts_field",
+                                                    "label_id_column", "label_column", "max_reject_share")
+             if getattr(args, name, None) is not None}
+    if getattr(args, "session_id", None):
+        given["session_id"] = args.session_id
+    if getattr(args, "window", None):
+        given.update(window=args.window, step=args.step, session_id=None)
+    return spec.model_validate({**spec.model_dump(), **given})
+
+
+def _input_files(args, spec) -> list[str]:
+    """FILE, else the files the catalogue's ``path`` (a file, glob or folder) names."""
+    if args.file:
+        return [args.file]
+    if not spec.path:
+        raise ValueError(f"no input: give FILE, or a path for source {args.source!r} in the catalogue")
+    from seqenc.catalog import load_catalog
+
+    where = load_catalog(args.catalog).resolve_path(spec.path)
+    files = sorted(p for p in (where.iterdir() if where.is_dir() else where.parent.glob(where.name)) if p.is_file())
+    if not files:
+        raise FileNotFoundError(f"source {args.source!r}: its catalogue path {where} matches no file")
+    return [str(p) for p in files]
+
+
+def _ingest(args, kind: str) -> int:
+    from parsers.landing import ingest_path
+
+    spec = _source_spec(args, kind)
+    code = 0
+    for path in _input_files(args, spec):
+        code = max(code, _run_ingest(lambda p=path: ingest_path(p, args.root, args.source, spec, kind,
+                                                                 ingest_date=args.date)))
+    labels = args.labels or (str(_catalog_path(args, spec.labels)) if spec.labels else None)
+    if labels:
+        report = ingest_path(labels, args.root, args.source, spec, "labels", ingest_date=args.date)
+        print(json.dumps({"labels": report}, indent=2, default=str))
     return code
 
 
-def cmd_ingest_events(args) -> int:
-    from parsers.events import ingest_events
+def _catalog_path(args, path: str):
+    from seqenc.catalog import load_catalog
 
-    return _run_ingest(lambda: ingest_events(args.file, args.root, source=args.source,
-                                             session_field=args.session_field, ts_field=args.ts_field,
-                                             ingest_date=args.date, max_reject_share=args.max_reject_share))
+    return load_catalog(args.catalog).resolve_path(path)
+
+
+def cmd_ingest_logs(args) -> int:
+    return _ingest(args, "logs")
+
+
+def cmd_ingest_events(args) -> int:
+    return _ingest(args, "events")
+
+
+def cmd_profile(args) -> int:
+    from parsers.profile import append_task, profile_source, profile_table, starter_task, task_toml
+
+    profile = profile_source(args.root, args.source)
+    if args.json:
+        print(json.dumps(profile, indent=2))
+    else:
+        print(profile_table(profile))
+    task = starter_task(profile)
+    name = args.task_name or f"{args.source}_{task['kind']}"
+    if args.write_task:
+        source = {"kind": profile["kind"]}
+        text = append_task(args.write_task, name, task, source_table=source)
+        print(f"\nappended to {args.write_task}:\n{text}")
+    else:
+        print(f"\nstarter task (add it with --write-task CATALOG):\n{task_toml(name, task)}")
+    return 0
+
+
+def cmd_tasks(args) -> int:
+    from training.tasks import task_rows, tasks_table
+
+    rows = task_rows(args.catalog, args.root)
+    print(json.dumps(rows, indent=2) if args.json else tasks_table(rows))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from training.evaluate import evaluate_task
+
+    result = evaluate_task(args.workdir, args.task, catalog=args.catalog, model=args.model, split=args.split,
+                           dates=args.date, tracking_dir=args.tracking_dir, progress=not args.no_progress)
+    print(json.dumps(result, indent=2))
+    return 0
 
 
 def cmd_train(args) -> int:
@@ -123,13 +198,18 @@ def cmd_train(args) -> int:
         if not (args.workdir and args.task):
             raise SystemExit("seqenc train: --workdir and --task are required (or --resume JOB_DIR)")
         config = _config_arg(args.config)
+        if args.preset:  # under --config
+            from seqenc.config import TRAINING_PRESETS
+
+            preset = TRAINING_PRESETS[args.preset]
+            config = {part: {**preset.get(part, {}), **config.get(part, {})} for part in set(preset) | set(config)}
         if args.deepspeed:
             config.setdefault("train", {})["deepspeed"] = str(Path(args.deepspeed).resolve())
         if args.device:
             config.setdefault("train", {})["device"] = args.device
         result = run_train(args.workdir, args.task, size=args.size, seed=args.seed, mode=args.mode, config=config,
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
-                           progress=not args.no_progress)
+                           progress=not args.no_progress, catalog=args.catalog)
     print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir")}, indent=2))
     if result.get("tracking_uri"):  # rank 0 (other data-parallel ranks log nothing)
         from training.tracking import ui_command
@@ -279,6 +359,8 @@ def cmd_bench_score(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from seqenc.config import TRAINING_MODES, TRAINING_PRESETS
+
     parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -293,18 +375,23 @@ def build_parser() -> argparse.ArgumentParser:
                            "slow on CPU: 384 wide, 6 layers)")
     demo.add_argument("--pretrained-layers", type=int, default=None, metavar="N",
                       help="keep only the checkpoint's first N layers (default: all)")
+    demo.add_argument("--catalog", default=None, metavar="TOML",
+                      help="catalogue of the demo (default: the built-in one; sources need a demo_generator)")
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
     demo.set_defaults(func=cmd_demo)
 
-    ingest = sub.add_parser("ingest", help="turn raw logs or JSON events into Parquet key-value objects")
+    ingest = sub.add_parser("ingest", help="turn raw logs or JSON events into Parquet key-value objects",
+                            description="A source declared in the catalogue (--catalog, $SEQENC_CATALOG) is "
+                            "ingested with its declared options; options given here win.")
     isub = ingest.add_subparsers(dest="kind", required=True)
     logs = isub.add_parser("logs", help="raw log file -> Drain3 templates and named parameters")
-    logs.add_argument("file", help="raw log file")
+    logs.add_argument("file", nargs="?", help="raw log file (default: the files of the source's catalogue path)")
     logs.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
-    logs.add_argument("--source", default="hdfs", help="source name (partition key)")
-    logs.add_argument("--preset", default="hdfs",
+    logs.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
+    logs.add_argument("--preset", default=None,
                       help="log format: hdfs, hadoop, spark, zookeeper, bgl, hpc, linux, syslog, thunderbird, "
-                           "openstack, apache, or a name from --formats")
+                           "openstack, apache, or a name from --formats (default: the catalogue's, else the "
+                           "preset named like the source)")
     logs.add_argument("--formats", default=None, metavar="JSON",
                       help="user log formats (see parsers/presets.py: load_formats)")
     logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
@@ -315,39 +402,67 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--window", type=float, default=None, metavar="SECONDS", help="time-window length")
     logs.add_argument("--step", type=float, default=None, metavar="SECONDS",
                       help="window start every STEP seconds (< window: sliding; default: fixed windows)")
-    logs.add_argument("--max-reject-share", type=float, default=0.1, metavar="SHARE",
-                      help="exit with code 3 when more than this share of lines is rejected (default 0.1); "
-                           "outputs and rejects are written either way")
-    logs.add_argument("--labels", default=None, help="optional labels CSV")
-    logs.add_argument("--label-id-column", default="BlockId")
-    logs.add_argument("--label-column", default="Label")
-    logs.set_defaults(func=cmd_ingest_logs)
     events = isub.add_parser("events", help="JSON Lines events (optionally .gz) -> flattened dotted keys")
-    events.add_argument("file")
-    events.add_argument("--root", required=True)
-    events.add_argument("--source", default="sessions")
-    events.add_argument("--session-field", default="session_id")
-    events.add_argument("--ts-field", default="ts")
-    events.add_argument("--date", default=None)
-    events.add_argument("--max-reject-share", type=float, default=0.1, metavar="SHARE",
-                        help="exit with code 3 when more than this share of lines is rejected (default 0.1)")
+    events.add_argument("file", nargs="?", help="JSON Lines file (.jsonl, .json, .ndjson, optionally .gz; default: "
+                        "the files of the source's catalogue path)")
+    events.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
+    events.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
+    events.add_argument("--session-field", default=None, metavar="FIELD",
+                        help="field whose value is the sequence id, dotted for nested objects (default: the "
+                        "catalogue's, else session_id)")
+    events.add_argument("--ts-field", default=None, metavar="FIELD",
+                        help="time field (default: the catalogue's, else ts)")
+    events.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
+    for p in (logs, events):
+        p.add_argument("--catalog", default=None, metavar="TOML",
+                       help="catalogue declaring the source (default: $SEQENC_CATALOG, else the built-in one)")
+        p.add_argument("--max-reject-share", type=float, default=None, metavar="SHARE",
+                       help="exit with code 3 when more than this share of lines is rejected (default: the "
+                            "catalogue's, else 0.1); outputs and rejects are written either way")
+        p.add_argument("--labels", default=None, metavar="CSV", help="labels CSV (with a header row) of the sequences")
+        p.add_argument("--label-id-column", default=None, metavar="COL",
+                       help="the labels' sequence id column (default: the catalogue's, else the first)")
+        p.add_argument("--label-column", default=None, metavar="COL",
+                       help="the labels' label column (default: the catalogue's, else the second)")
+    logs.set_defaults(func=cmd_ingest_logs)
     events.set_defaults(func=cmd_ingest_events)
 
-    train = sub.add_parser("train", help="train one task on ingested data (all modes, resumable)",
+    profile = sub.add_parser("profile", help="per key of an ingested source: distinct values, share, unique per "
+                             "object, numeric; and a starter task for the catalogue")
+    profile.add_argument("--root", required=True, help="data root (as given to seqenc ingest)")
+    profile.add_argument("--source", required=True)
+    profile.add_argument("--write-task", default=None, metavar="CATALOG",
+                         help="append the starter task (and the source, when undeclared) to this catalogue file")
+    profile.add_argument("--task-name", default=None, help="the starter task's name (default: SOURCE_KIND)")
+    profile.add_argument("--json", action="store_true", help="print the profile as JSON")
+    profile.set_defaults(func=cmd_profile)
+
+    tasks = sub.add_parser("tasks", help="the catalogue's tasks; with --root, ingested and labelled sequences per class")
+    tasks.add_argument("--catalog", default=None, metavar="TOML")
+    tasks.add_argument("--root", default=None, help="data root to count sequences in")
+    tasks.add_argument("--json", action="store_true")
+    tasks.set_defaults(func=cmd_tasks)
+
+    train = sub.add_parser("train", help="train one catalogue task on ingested data (all modes, resumable)",
                            description="Builds value sequences from WORKDIR/data (see `seqenc ingest`, or "
                            "`seqenc demo`), trains, evaluates, logs to MLflow and saves a model bundle. A killed "
                            "job continues with --resume JOB_DIR (printed as job_dir).")
-    train.add_argument("--workdir", help="work directory holding data/ (as written by seqenc demo)")
-    train.add_argument("--task", choices=["anomaly", "milestone", "next_item"],
-                       help="which task of the work directory (sources hdfs, sessions, purchases)")
-    train.add_argument("--mode", default="interleaved",
-                       choices=["interleaved", "no_interleave", "joint", "flattened", "record_view"],
-                       help="Algorithm 1 (default), the TVM-once-then-KA ablation, TVM-KA end to end, or a "
-                       "baseline: one BERT over flattened objects / a record-view (Transformers4Rec-style) model")
-    train.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in model and step sizes")
+    train.add_argument("--workdir", help="work directory holding data/ (the --root of seqenc ingest is WORKDIR/data)")
+    train.add_argument("--catalog", default=None, metavar="TOML",
+                       help="catalogue declaring the task (default: $SEQENC_CATALOG, else the built-in one)")
+    train.add_argument("--task", help="a task of the catalogue (seqenc tasks lists them)")
+    train.add_argument("--mode", default=None, choices=list(TRAINING_MODES),
+                       help="default: the task's, else interleaved (Algorithm 1); no_interleave: the TVM-once-then-KA "
+                       "ablation; joint: TVM-KA end to end; baselines: one BERT over flattened objects / a "
+                       "record-view (Transformers4Rec-style) model")
+    train.add_argument("--size", default=None, choices=["demo", "tiny"],
+                       help="built-in model and step sizes (default: the task's, else demo)")
     train.add_argument("--config", default=None, metavar="JSON",
-                       help='overrides, inline JSON or a JSON file: {"model": {TVMKAConfig fields}, '
-                       '"train": {TrainConfig fields}}')
+                       help='overrides on top of the task\'s config, inline JSON or a JSON file: {"model": '
+                       '{TVMKAConfig fields}, "train": {TrainConfig fields}}')
+    train.add_argument("--preset", default=None, choices=sorted(TRAINING_PRESETS),
+                       help="named settings under --config: paper = the TVM-KA paper's 2 TVM : 1 KA steps (the sizes "
+                       "default to the measured best, 1:10)")
     train.add_argument("--deepspeed", default=None, metavar="DS_JSON", help="train under DeepSpeed with this config")
     train.add_argument("--device", default=None, metavar="DEVICE",
                        help="auto (default: CUDA when present, else CPU), cpu, cuda, cuda:1, mps; under DeepSpeed "
@@ -358,6 +473,22 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--pretrained-layers", type=int, default=None, metavar="N")
     train.add_argument("--no-progress", action="store_true")
     train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("evaluate", help="a task's metrics on labelled data with a trained model",
+                        description="Scores the task's labelled sequences -- a split of WORKDIR's last training "
+                        "(--split, default test) or every labelled sequence of some ingest dates (--date) -- and "
+                        "prints the task's metrics as JSON.")
+    ev.add_argument("--workdir", required=True, help="work directory holding data/ (and the task's training)")
+    ev.add_argument("--task", required=True)
+    ev.add_argument("--catalog", default=None, metavar="TOML")
+    ev.add_argument("--model", default=None, metavar="URI_OR_DIR",
+                    help="bundle directory or registry URI (default: WORKDIR's bundle of the task)")
+    ev.add_argument("--split", default=None, choices=["train", "dev", "test"])
+    ev.add_argument("--date", action="append", default=None, metavar="YYYY-MM-DD", help="ingest date (repeatable)")
+    ev.add_argument("--tracking-dir", default=None, metavar="WORKDIR",
+                    help="where the MLflow store is for registry URIs (default: --workdir)")
+    ev.add_argument("--no-progress", action="store_true")
+    ev.set_defaults(func=cmd_evaluate)
 
     ui = sub.add_parser("ui", help="open the MLflow UI on a work directory's runs (foreground, Ctrl-C stops it)",
                         description="Serves the MLflow UI on WORKDIR/mlflow.db (artifacts from WORKDIR/mlartifacts), "

@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TASKS = ("binary", "multiclass", "next_item")
+# how a model is trained (training.trainer): Algorithm 1, its ablations and the paper's baselines
+TRAINING_MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view")
+# named overrides of a size's settings ({"model": ..., "train": ...}; ``seqenc train --preset``): the
+# sizes default to the measured best, "paper" restores the TVM-KA paper's 2 TVM : 1 KA steps
+TRAINING_PRESETS = {"paper": {"train": {"tvm_ka_ratio": 2.0}}}
 TVM_POSITIONS = ("sequence", "within_value")
 
 

@@ -14,13 +14,13 @@ import torch
 from ranks import run_ranks
 from safetensors.torch import load_file
 
-from training.pipeline import stage_generate, stage_ingest_logs
+from training.pipeline import stage_generate, stage_ingest
 
 
 def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
     workdir = tmp_path / "work"
     raw = stage_generate(str(workdir), "tiny", 0)
-    stage_ingest_logs(str(workdir), raw["hdfs_log"], raw["hdfs_labels"])
+    stage_ingest(str(workdir), "hdfs", raw["hdfs"]["path"], raw["hdfs"]["labels"])
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 1},
                               "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}))

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from parsers import storage
-from parsers.landing import file_kind, finalize_interval, find_interval_files, ingest_file, interval_days, load_sources
+from parsers.landing import file_kind, finalize_interval, find_interval_files, ingest_file, interval_days
 from parsers.synthetic import generate_hdfs_logs
 
 
@@ -21,14 +21,28 @@ def test_interval_days_and_file_kinds():
                                    "_SUCCESS")] == ["logs", "logs", "events", "labels", None, None, None]
 
 
-def test_sources_config_overrides_defaults(tmp_path):
-    path = tmp_path / "sources.json"
-    path.write_text(json.dumps({"web": {"preset": "apache"}, "hdfs": {"max_reject_share": 0.5}}))
-    sources = load_sources(str(path))
-    assert sources["web"] == {"preset": "apache"} and sources["hdfs"] == {"max_reject_share": 0.5}
-    assert "sessions" in sources
-    with pytest.raises(ValueError, match="JSON object"):
-        load_sources('["not", "an", "object"]')
+def test_the_catalogue_sets_a_landing_sources_options(tmp_path):
+    """A source's fields, label columns and reject share come from the catalogue (path or text)."""
+    folder = tmp_path / "landing" / "shop" / "2025-03-01"
+    folder.mkdir(parents=True)
+    events = [{"order": {"id": f"o{i % 3}"}, "at": f"2025-03-01T00:00:0{i}Z", "amount": i} for i in range(6)]
+    (folder / "orders.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (folder / "labels.csv").write_text("note,order_ref,outcome\nx,o0,ok\ny,o1,fraud\n")
+    catalog = tmp_path / "c.toml"
+    catalog.write_text('[sources.shop]\nkind = "events"\nsession_field = "order.id"\nts_field = "at"\n'
+                       'label_id_column = "order_ref"\nlabel_column = "outcome"\n')
+    root = tmp_path / "data"
+    for item in find_interval_files(tmp_path / "landing", ["2025-03-01"]):
+        ingest_file(item, root, str(catalog))
+    objects = storage.read_objects(root, "shop")
+    assert sorted(objects["sequence_id"].unique().to_list()) == ["o0", "o1", "o2"]
+    assert dict(storage.read_labels(root, "shop").iter_rows()) == {"o0": "ok", "o1": "fraud"}
+    # undeclared: the defaults (session_id / ts) reject every event of this shape, with reasons
+    from parsers.storage import RejectShareExceeded
+
+    with pytest.raises(RejectShareExceeded):
+        ingest_file({"path": str(folder / "orders.jsonl"), "source": "shop", "date": "2025-03-01",
+                     "kind": "events"}, tmp_path / "other", '[sources.x]\nkind = "events"\n')
 
 
 def test_labels_of_every_day_are_kept_and_stale_parts_go(tmp_path):

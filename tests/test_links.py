@@ -4,10 +4,13 @@ baselines, training and scoring."""
 import polars as pl
 import pytest
 
+from seqenc.catalog import load_catalog
 from seqenc.links import ALONE, LINKED, link_flags, value_link_flags
+from seqenc.sequences import tokenize_value_sequences
 from seqenc.tokenizer import ValueTokenizer
 from training.data import mask_tokens
 from training.pipeline import vocab_and_windows
+from training.task_data import value_sequences
 
 
 def _value_seqs() -> pl.DataFrame:
@@ -112,11 +115,10 @@ def test_seqenc_train_with_value_links_scores_with_them(prepared_task, tmp_path)
     windows = pipeline.TokenizedSequences.read_parquet(seq_dir / "windows.parquet").windows
     on = tok.tokenizer.token_to_id(LINKED)
     assert sum(w.count(on) for w in windows) > 0  # HDFS hosts link dest, datanode and src_ip
-    objects = storage.read_objects(work / "data", pipeline.TASKS["anomaly"].source)
-    spec = pipeline.TASKS["anomaly"]
-    rebuilt = pipeline.tokenize_value_sequences(  # what scoring builds with the loaded tokenizer
-        pipeline.collect_value_sequences(pipeline.with_event_key(objects), spec.exclude_keys), tok,
-        model.config.max_positions)
+    spec = load_catalog().task("anomaly")
+    objects = storage.read_objects(work / "data", spec.source)
+    rebuilt = tokenize_value_sequences(value_sequences(objects, spec), tok,  # what scoring builds
+                                       model.config.max_positions)
     trained = pipeline.TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
 
     def windows_by_key(data):

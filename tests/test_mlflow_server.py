@@ -80,7 +80,7 @@ def trained(server, tmp_path_factory):
     workdir, cwd = base / "work", base / "cwd"
     cwd.mkdir()
     raw = pipeline.stage_generate(str(workdir), "tiny", 0)
-    pipeline.stage_ingest_logs(str(workdir), raw["hdfs_log"], raw["hdfs_labels"])
+    pipeline.stage_ingest(str(workdir), "hdfs", raw["hdfs"]["path"], raw["hdfs"]["labels"])
     done = subprocess.run([str(BIN / "seqenc"), "train", "--workdir", str(workdir), "--task", "anomaly",
                            "--size", "tiny", "--no-progress"], cwd=cwd, env=_env(MLFLOW_TRACKING_URI=url),
                           capture_output=True, text=True, timeout=300)

@@ -24,11 +24,11 @@ DAY = "2025-03-01"
 LOGICAL = "2025-03-02T00:00:00"  # the @daily run at midnight after DAY: its data interval is DAY
 GRAPHS = {
     "seqenc_ingest": {("find_files", "ingest_file"), ("find_files", "finalize"), ("ingest_file", "finalize")},
-    "seqenc_nightly_training": {("train_anomaly", "promote_anomaly"), ("train_milestone", "promote_milestone"),
-                                ("train_next_item", "promote_next_item")},
-    "seqenc_batch_score": set(),
+    # mapped over the catalogue's tasks: a task added to the catalogue is trained and scored
+    "seqenc_nightly_training": {("tasks", "train"), ("train", "promote")},
+    "seqenc_batch_score": {("tasks", "score")},
 }
-SCORE_TASKS = {"score_anomaly", "score_milestone", "score_next_item"}
+SCORE_TASKS = {"tasks", "score"}
 
 
 def _ok(result: dict, expected_skipped: set = frozenset()) -> None:
@@ -144,8 +144,9 @@ def test_ingest_rerun_of_an_interval_replaces_its_partition(ops):
 
 def test_nightly_training_registers_and_promotes_the_first_model(ops):
     run = ops["nightly1"]
-    _ok(run, {"train_milestone", "promote_milestone", "train_next_item", "promote_next_item"})
-    trained, promoted = run["xcoms"]["train_anomaly"], run["xcoms"]["promote_anomaly"]
+    _ok(run)
+    assert run["xcoms"]["tasks"] == ["anomaly"]  # the param narrows the catalogue's tasks
+    trained, promoted = run["xcoms"]["train[0]"], run["xcoms"]["promote[0]"]
     assert trained["dates"] == [DAY] and trained["model_version"] == "1"
     assert promoted["promoted"] is True and "no champion yet" in promoted["reason"]
     assert promoted["metric"] == "average_precision" and 0.0 <= promoted["new"] <= 1.0
@@ -163,8 +164,8 @@ def test_nightly_training_registers_and_promotes_the_first_model(ops):
 
 def test_nightly_training_keeps_the_champion_when_the_new_model_is_not_better(ops):
     run = ops["nightly2"]
-    _ok(run, {"train_milestone", "promote_milestone", "train_next_item", "promote_next_item"})
-    trained, decision = run["xcoms"]["train_anomaly"], run["xcoms"]["promote_anomaly"]
+    _ok(run)
+    trained, decision = run["xcoms"]["train[0]"], run["xcoms"]["promote[0]"]
     assert trained["model_version"] == "2"
     # same data, same seed: the same model, so the same dev score -- not an improvement
     assert decision["promoted"] is False and decision["champion_version"] == "1"
@@ -179,14 +180,15 @@ def test_nightly_training_keeps_the_champion_when_the_new_model_is_not_better(op
 
 def test_batch_score_writes_the_champions_predictions_by_date(ops):
     run = ops["score1"]
-    _ok(run, {"score_milestone", "score_next_item"})  # no champions yet: skipped with that reason
+    assert run["xcoms"]["tasks"] == ["anomaly", "milestone", "next_item"]  # every catalogue task
+    _ok(run, {"score[1]", "score[2]"})  # milestone, next_item: no champions yet, skipped with that reason
     assert "no version with alias 'champion'" in run["_output"]
     pred = ops["pred1"]
     assert pred.height == 200 and pred["sequence_id"].n_unique() == 200
     assert {"sequence_id", "score", "label", "model_version", "model_name"} <= set(pred.columns)
     assert set(pred["model_version"].to_list()) == {"1"} and pred["score"].is_between(0, 1).all()
     assert set(pred["label"].to_list()) <= {"Normal", "Anomaly"}
-    summary = run["xcoms"]["score_anomaly"]["dates"][0]
+    summary = run["xcoms"]["score[0]"]["dates"][0]
     assert summary["sequences"] == 200 and sum(summary["label_count"].values()) == 200
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{ops['workdir'] / 'mlflow.db'}")
     scored = client.get_run(summary["mlflow_run_id"])
@@ -195,7 +197,7 @@ def test_batch_score_writes_the_champions_predictions_by_date(ops):
 
 
 def test_batch_score_rerun_leaves_the_same_rows(ops):
-    _ok(ops["score2"], {"score_milestone", "score_next_item"})
+    _ok(ops["score2"], {"score[1]", "score[2]"})
     folder = ops["workdir"] / "predictions" / "anomaly"
     assert [p.name for p in folder.iterdir()] == [f"date={DAY}"]
     again = pl.read_parquet(folder / f"date={DAY}" / "part-0.parquet")
@@ -216,7 +218,7 @@ def test_score_cli_is_the_dags_code(ops, tmp_path):
     got = pl.read_parquet(tmp_path / "registry" / f"date={DAY}" / "part-0.parquet")
     assert got.equals(ops["pred1"])
     # a bundle directory needs no tracking store; every ingest date of the model's source is scored
-    bundle = Path(ops["nightly1"]["xcoms"]["train_anomaly"]["model_dir"])
+    bundle = Path(ops["nightly1"]["xcoms"]["train[0]"]["model_dir"])
     assert main(["score", "--model", str(bundle), "--input", str(workdir / "data"), "--out", str(tmp_path / "dir"),
                  "--no-progress"]) == 0
     local = pl.read_parquet(tmp_path / "dir" / f"date={DAY}" / "part-0.parquet")

@@ -60,7 +60,7 @@ def test_reject_share_threshold_fails_the_command_but_keeps_the_outputs(tmp_path
     log = tmp_path / "mixed.log"
     good = "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 for block blk_1 terminating"
     log.write_text("\n".join([good] * 8 + ["garbage line"] * 2) + "\n")
-    args = ["ingest", "logs", str(log), "--root", str(tmp_path / "d"), "--date", "2024-01-01"]
+    args = ["ingest", "logs", str(log), "--root", str(tmp_path / "d"), "--date", "2024-01-01", "--source", "hdfs"]
     assert main([*args, "--max-reject-share", "0.1"]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["reject_share"] == pytest.approx(0.2) and report["rejected"] == 2

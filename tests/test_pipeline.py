@@ -8,7 +8,8 @@ import polars as pl
 import pytest
 
 from parsers import storage
-from training import pipeline
+from seqenc.catalog import load_catalog
+from training import pipeline, task_data
 from training.scoring import load_bundle, score_objects
 
 
@@ -51,7 +52,7 @@ def test_predictions_cover_the_test_split_and_match_the_trainer(demo):
         test_ids = set(splits.filter(pl.col("split") == "test")["sequence_id"].to_list())
         assert set(pred["sequence_id"].to_list()) == test_ids and pred.height == len(test_ids)
         assert {"sequence_id", "score", "prediction", "label", "mlflow_run_id"} <= set(pred.columns)
-        classes = pipeline.read_classes(out / "sequences" / task)
+        classes = task_data.read_classes(out / "sequences" / task)
         assert set(pred["prediction"].to_list()) <= set(classes)
         assert pred["score"].is_between(0, 1).all()
         # scoring from the saved bundle reproduces the trainer's own test metrics exactly
@@ -59,13 +60,16 @@ def test_predictions_cover_the_test_split_and_match_the_trainer(demo):
         trainer = dict(summary["metrics"][task])
         if task == "next_item":  # a file holds the 10 best items: recall@1/5/10 are exact, mrr is cut at 10
             assert from_predictions.pop("mrr_at_10") <= trainer.pop("mrr")
+        assert from_predictions.pop("labelled") == len(test_ids)
+        if task == "anomaly":  # scoring also reports the threshold-free average precision
+            assert 0 < from_predictions.pop("average_precision") <= 1
         assert from_predictions == pytest.approx(trainer)
 
 
 def test_next_item_predictions_rank_the_catalogue(demo):
     out, _ = demo
     pred = pl.read_parquet(out / "predictions" / "next_item" / "test.parquet")
-    catalogue = pipeline.read_classes(out / "sequences" / "next_item")
+    catalogue = task_data.read_classes(out / "sequences" / "next_item")
     assert catalogue == sorted(catalogue) and len(catalogue) == 40  # tiny size: 40 products
     assert not [c for c in pred.columns if c.startswith("prob_")]  # no column per catalogue item
     for row in pred.iter_rows(named=True):
@@ -120,10 +124,10 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
     before = storage.read_objects(out / "data", "hdfs").height
     stats_before = json.loads((out / "sequences" / "anomaly" / "stats.json").read_text())
     raw = out / "raw"
-    first = pipeline.stage_ingest_logs(str(out), str(raw / "hdfs.log"), str(raw / "hdfs_labels.csv"))
+    first = pipeline.stage_ingest(str(out), "hdfs", str(raw / "hdfs.log"), str(raw / "hdfs_labels.csv"))
     assert storage.read_objects(out / "data", "hdfs").height == before  # same partition: replaced
-    second = pipeline.stage_ingest_logs(str(out), str(raw / "hdfs.log"), str(raw / "hdfs_labels.csv"),
-                                        ingest_date="2030-01-02")
+    second = pipeline.stage_ingest(str(out), "hdfs", str(raw / "hdfs.log"), str(raw / "hdfs_labels.csv"),
+                                   ingest_date="2030-01-02")
     assert second["ingest_date"] == "2030-01-02" != first["ingest_date"]
     assert storage.read_objects(out / "data", "hdfs").height == 2 * before  # two partitions exist
     seqs = pipeline.stage_sequences(str(out), "anomaly", "tiny", 0, ingest_date="2030-01-02")
@@ -131,7 +135,7 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
     # the end-to-end modes read the objects of the same interval (same block ids on both dates)
     seq_dir = out / "sequences" / "anomaly"
     assert json.loads((seq_dir / "input.json").read_text())["ingest_dates"] == ["2030-01-02"]
-    assert pipeline.sequence_objects(seq_dir, out / "data", "hdfs").height == before
+    assert task_data.sequence_objects(seq_dir, out / "data", "hdfs").height == before
 
 
 def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
@@ -139,7 +143,7 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
     overrides apply to it, but not ones that change the checkpoint's shape."""
     out = str(tmp_path)
     raw = pipeline.stage_generate(out, "tiny", seed=0)
-    ingest = pipeline.stage_ingest_logs(out, raw["hdfs_log"], raw["hdfs_labels"])
+    ingest = pipeline.stage_ingest(out, "hdfs", raw["hdfs"]["path"], raw["hdfs"]["labels"])
     seqs = pipeline.stage_sequences(out, "anomaly", "tiny", ingest_date=ingest["ingest_date"], pretrained="minilm")
     assert seqs["stats"]["vocab_size"] == 30523 and seqs["stats"]["dropped_values"] == 0
     with pytest.raises(ValueError, match="the checkpoint sets d_model"):  # the checkpoint's shape is not ours to change
@@ -153,7 +157,8 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
     params = mlflow.MlflowClient(trained["tracking_uri"]).get_run(trained["run_id"]).data.params
     assert params["pretrained"] == "minilm"
     scored = pipeline.stage_score(out, "anomaly", progress=False, ingest_date=ingest["ingest_date"])
-    assert scored["rows"] > 0 and set(scored["metrics"]) == {"precision", "recall", "f1", "macro_f1", "micro_f1"}
+    assert scored["rows"] > 0 and set(scored["metrics"]) >= {"precision", "recall", "f1", "macro_f1", "micro_f1",
+                                                              "labelled"}
 
 
 def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
@@ -180,7 +185,7 @@ def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
     dev = splits.filter(pl.col("split") == "dev").select("sequence_id", "label")
     objects = storage.read_objects(out / "data", "purchases").join(dev, on="sequence_id", how="semi")
     assert PROMOTION_METRIC["next_item"] == "recall_at_10"
-    got = dev_score(load_bundle(bundle_dir), objects, dev, [])
+    got = dev_score(load_bundle(bundle_dir), objects, dev, load_catalog().task("next_item"), [])
     on_dev = scored.join(dev, on="sequence_id", suffix="_true")
     assert got == pytest.approx(ranking_metrics_of_lists(on_dev["label_true"].to_list(),
                                                          on_dev["top_items"].to_list())["recall_at_10"])

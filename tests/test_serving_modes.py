@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from parsers import storage
 from seqenc.baselines import FlattenedEncoder, JointTVMKA, RecordViewEncoder
+from seqenc.catalog import load_catalog
 from seqenc.inference import ka_probabilities
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences, with_event_key
@@ -94,10 +95,10 @@ def trainer_probabilities(result: dict, mode: str) -> tuple[list[str], np.ndarra
         job = pipeline.job_dir(work, TASK)
         final_cache = max(job.glob("kr_cache_v*.safetensors"), key=lambda p: int(p.stem.split("_v")[1]))
         return data.sequence_ids, ka_probabilities(model.ka, load_file(str(final_cache))["kr"], data)
-    spec = pipeline.TASKS[TASK]
+    spec = load_catalog().task(TASK)
     tok = ValueTokenizer.from_file(work / "sequences" / TASK / "tokenizer.json")
     objects = with_event_key(storage.read_objects(result["data_root"], SOURCE))
-    _, inputs = comparison_model(mode, model.config, data, tok, objects, spec.exclude_keys)
+    _, inputs = comparison_model(mode, model.config, data, tok, objects, tuple(spec.exclude_keys))
     y = label_array(data.sequence_ids, pl.read_parquet(work / "sequences" / TASK / "splits.parquet"), CLASSES)
     trainer = EndToEndTrainer(model, inputs, y, splits, TrainConfig(mode=mode, **STEPS), work / "check", "binary",
                               len(CLASSES), progress=False)

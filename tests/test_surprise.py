@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from seqenc.catalog import load_catalog
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
@@ -161,7 +162,7 @@ def test_trained_model_and_batch_scoring_combine_the_same_way(prepared_task, tmp
     assert model.config.surprise_scoring and set(meta["surprise"]["centre"]) >= {"size", "event"}
     splits = pl.read_parquet(work / "sequences" / "anomaly" / "splits.parquet")
     test = splits.filter(pl.col("split") == "test")
-    objects = storage.read_objects(work / "data", pipeline.TASKS["anomaly"].source)
+    objects = storage.read_objects(work / "data", load_catalog().task("anomaly").source)
     scored = score_objects(result["model_dir"], objects.join(test.select("sequence_id"), on="sequence_id"),
                            progress=False).join(test, on="sequence_id")
     classes = json.loads((work / "sequences" / "anomaly" / "classes.json").read_text())

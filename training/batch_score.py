@@ -49,11 +49,8 @@ def _source_of(meta: dict, source: str | None) -> str:
         return source
     if meta.get("source"):
         return meta["source"]
-    from training.pipeline import TASKS  # bundles saved before metadata carried "source"
-
-    if meta.get("task_name") in TASKS:
-        return TASKS[meta["task_name"]].source
-    raise ValueError("the model's metadata names no source; give --source")
+    raise ValueError("the model's metadata names no source (a bundle older than its metadata's source field); "
+                     "give --source")
 
 
 def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, source: str | None = None,

@@ -87,36 +87,40 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, d
     bundle directory, data stats)."""
     from parsers import storage, synthetic
     from parsers.log_ingest import ingest_logs
+    from seqenc.catalog import DEFAULT_CATALOG, load_catalog
     from seqenc.config import TVMKAConfig
     from seqenc.model import TVMKA
-    from seqenc.sequences import collect_value_sequences, with_event_key
-    from training.pipeline import TASKS, vocab_and_windows
     from training.scoring import save_bundle
+    from training.task_data import value_sequences, vocab_and_windows
 
-    spec = TASKS["anomaly"]
+    # the shipped catalogue's log task over HDFS-like lines: what the generator writes
+    catalog = load_catalog(DEFAULT_CATALOG)
+    name, spec = next((n, t) for n, t in catalog.tasks.items()
+                      if catalog.sources[t.source].demo_generator == "hdfs_logs")
+    classes = spec.ordered_classes([])
     raw, root = workdir / "raw", workdir / "data"
     for stale in (raw, root):
         shutil.rmtree(stale, ignore_errors=True)
     t0 = time.perf_counter()
     generated = synthetic.generate_hdfs_logs(raw / "hdfs.log", raw / "hdfs_labels.csv", n_blocks=s.sequences,
                                              anomaly_rate=s.anomaly_rate, seed=s.seed)
-    ingest_logs(raw / "hdfs.log", root, source=spec.source, preset="hdfs", ingest_date="2000-01-01")
+    ingest_logs(raw / "hdfs.log", root, source=spec.source, preset=catalog.sources[spec.source].preset,
+                ingest_date="2000-01-01")
     objects = storage.read_objects(root, spec.source)
     ids = sorted(objects["sequence_id"].unique().to_list())[: s.sequences]
     objects = objects.filter(pl.col("sequence_id").is_in(ids))
     log.info("generated and ingested %d lines, %d sequences in %.1f s", generated["lines"], len(ids),
              time.perf_counter() - t0)
 
-    value_seqs = collect_value_sequences(with_event_key(objects), spec.exclude_keys)
+    value_seqs = value_sequences(objects, spec)
     # the vocabulary and windows the way training builds them (every generated sequence is "train")
     tok, data = vocab_and_windows(value_seqs, pl.Series(ids), {"vocab_size": s.vocab_size,
                                                                 "max_positions": s.max_positions})
     torch.manual_seed(s.seed)
     config = TVMKAConfig(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, max_positions=s.max_positions,
                          d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, n_shared_heads=s.n_shared_heads,
-                         d_ff=s.d_ff, task=spec.task, n_classes=len(spec.class_names),
-                         class_names=list(spec.class_names))
-    metadata = {"task_name": "anomaly", "threshold": 0.5, "mode": "random_init",
+                         d_ff=s.d_ff, task=spec.model_task, n_classes=len(classes), class_names=classes)
+    metadata = {"task_name": name, "source": spec.source, "threshold": 0.5, "mode": "random_init",
                 "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key}
     bundle = save_bundle(TVMKA(config), tok, metadata, workdir / "bundle")
     stats = {"lines": generated["lines"], "objects": objects.select("sequence_id", "step").unique().height,

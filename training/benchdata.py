@@ -42,8 +42,9 @@ Choices:
   windows). ``training.data.split_indices`` gives no such guarantee (and imports torch).
 * Log datasets get an ``event`` key per line, ``E<template_id>`` (``seqenc.sequences.with_event_key``),
   which is what the count baseline counts.
-* Baselines: :func:`count_baseline` (logistic regression on event counts) and, on binary
-  datasets, :func:`always_positive` (every sequence flagged: the floor a detector must beat).
+* Baselines: :func:`count_baseline` (logistic regression on event counts), on binary datasets
+  :func:`count_pca` (loglizer's unsupervised PCA detector on event counts, no label read) and
+  :func:`always_positive` (every sequence flagged: the floor a detector must beat).
 """
 
 from __future__ import annotations
@@ -436,3 +437,74 @@ def always_positive(ds: BenchDataset) -> dict:
     result = task_metrics(y["test"], np.ones_like(y["test"]), "binary")
     result["dev_f1"] = task_metrics(y["dev"], np.ones_like(y["dev"]), "binary")["f1"]
     return result | {"seconds": round(time.perf_counter() - start, 3)}
+
+
+# --------------------------------------------------------------------------- unsupervised count baseline
+
+PCA_VARIANCE = 0.95  # loglizer PCA(n_components=0.95): components explaining 95 % of the variance
+PCA_C_ALPHA = 3.2905  # loglizer's c_alpha for alpha = 0.001 (the standard normal 1 - alpha quantile)
+
+
+def pca_detector(X_fit: np.ndarray, variance: float = PCA_VARIANCE, c_alpha: float = PCA_C_ALPHA):
+    """loglizer's PCA anomaly detector (Xu et al., SOSP 2009; logpai/loglizer
+    ``preprocessing.FeatureExtractor`` + ``models.PCA``), fitted on the count rows ``X_fit``
+    without labels. Returns ``(transform, spe, threshold)``: ``transform(X)`` applies the fitted
+    tf-idf weights (idf = log(n / (df + 1e-8)), df = rows where the event occurs) and zero-mean
+    centring; ``spe(Xt)`` is the squared prediction error, the squared norm of a transformed row's
+    part outside the normal subspace (the top principal components of X^T X / n explaining
+    ``variance`` of it); ``threshold`` is the Q-statistic limit of Jackson and Mudholkar (1979)
+    at ``c_alpha`` on the residual eigenvalues: with phi_i = sum of lambda_j^i over the left-out
+    components, h0 = 1 - 2 phi_1 phi_3 / (3 phi_2^2), Q = phi_1 (c_alpha sqrt(2 phi_2 h0^2) /
+    phi_1 + 1 + phi_2 h0 (h0 - 1) / phi_1^2)^(1 / h0). A row is anomalous when SPE > Q. When
+    the components explain everything (no residual eigenvalue, phi_1 = 0) the limit is +inf:
+    nothing can leave the subspace (loglizer's formula divides by zero there)."""
+    n = len(X_fit)
+    idf = np.log(n / ((X_fit > 0).sum(0) + 1e-8))
+    mean = (X_fit * idf).mean(0)
+
+    def transform(X: np.ndarray) -> np.ndarray:
+        return X * idf - mean
+
+    Xt = transform(X_fit)
+    U, sigma, _ = np.linalg.svd(Xt.T @ Xt / float(n))
+    total, k = sigma.sum(), len(sigma)
+    if total > 0:
+        k = int(np.searchsorted(np.cumsum(sigma) / total, variance - 1e-12)) + 1
+    P = U[:, :min(k, len(sigma))]
+    proj = np.eye(len(sigma)) - P @ P.T
+    phi = [float((sigma[k:] ** i).sum()) for i in (1, 2, 3)]
+    threshold = float("inf")
+    if phi[0] > 0 and phi[1] > 0:
+        h0 = 1.0 - 2 * phi[0] * phi[2] / (3.0 * phi[1] ** 2)
+        threshold = float(phi[0] * (c_alpha * np.sqrt(2 * phi[1] * h0 * h0) / phi[0] + 1.0
+                                    + phi[1] * h0 * (h0 - 1) / phi[0] ** 2) ** (1.0 / h0))
+
+    def spe(Xt: np.ndarray) -> np.ndarray:
+        r = Xt @ proj.T
+        return (r * r).sum(1)
+
+    return transform, spe, threshold
+
+
+def count_pca(ds: BenchDataset, normal_only: bool = False) -> dict:
+    """loglizer's PCA detector (:func:`pca_detector`) on event-count vectors (:func:`count_vectors`:
+    events seen in train), fitted on the train sequences *without labels* (``normal_only``: on
+    the train sequences labelled normal, as DeepLog's setting reads them), threshold from the
+    Q-statistic (alpha = 0.001), nothing chosen on dev. Binary datasets. Precision / recall / f1
+    of the Anomaly class, macro / micro F1 on test; ``dev_f1`` the same on dev; ``seconds``."""
+    from training.metrics import task_metrics
+
+    if ds.task != "binary":
+        raise ValueError(f"{ds.name}: count_pca needs a binary task, not {ds.task}")
+    start = time.perf_counter()
+    ids, X, vocab = count_vectors(ds)
+    label_of, split_of = dict(ds.labels.iter_rows()), dict(ds.split.iter_rows())
+    y = np.array([ds.class_names.index(label_of[s]) for s in ids])
+    part = {name: np.array([split_of[s] == name for s in ids]) for name in SPLITS}
+    fit = part["train"] & (y == 0) if normal_only else part["train"]
+    transform, spe, threshold = pca_detector(X[fit])
+    flagged = {name: (spe(transform(X[part[name]])) > threshold).astype(np.int64) for name in ("dev", "test")}
+    result = task_metrics(y[part["test"]], flagged["test"], "binary")
+    result["dev_f1"] = task_metrics(y[part["dev"]], flagged["dev"], "binary")["f1"]
+    return result | {"seconds": round(time.perf_counter() - start, 3), "threshold": threshold, "vocab": len(vocab),
+                     "n_fit": int(fit.sum())}

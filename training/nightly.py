@@ -38,15 +38,18 @@ import polars as pl
 from sklearn.metrics import average_precision_score, f1_score
 
 from parsers import storage
+from seqenc.catalog import Task, load_catalog
 from training import tracking
 from training.metrics import ranking_metrics_of_lists
-from training.pipeline import TASKS, stage_sequences, stage_train
+from training.pipeline import sequences_dir, stage_sequences, stage_train
 from training.registry import CHAMPION, NoChampionError, resolve_model
 from training.scoring import Bundle, load_bundle, score_objects
+from training.task_data import read_task
 
 log = logging.getLogger(__name__)
 
-PROMOTION_METRIC = {"binary": "average_precision", "multiclass": "macro_f1", "next_item": "recall_at_10"}
+PROMOTION_METRIC = {"binary": "average_precision", "anomaly": "average_precision", "multiclass": "macro_f1",
+                    "next_item": "recall_at_10"}
 
 
 class SourceNeverIngested(FileNotFoundError):
@@ -66,19 +69,23 @@ def night_dir(workdir: str | Path, task_name: str, date: str) -> Path:
     return Path(workdir) / "nightly" / task_name / date
 
 
-def nightly_train(workdir: str, task_name: str, date: str, window_days: int = 7, size: str = "demo",
-                  seed: int = 0, mode: str = "interleaved", config: dict | None = None,
-                  progress: bool = False) -> dict:
-    """Train tonight's model of ``task_name`` on the data of the window ending at ``date``.
+def nightly_train(workdir: str, task_name: str, date: str, window_days: int = 7, size: str | None = None,
+                  seed: int = 0, mode: str | None = None, config: dict | None = None,
+                  progress: bool = False, catalog=None) -> dict:
+    """Train tonight's model of ``task_name`` (a task of ``catalog``, seqenc.catalog) on the data
+    of the window ending at ``date``.
 
     ``workdir`` holds the data root (``data/``) and, unless MLFLOW_TRACKING_URI is set, the
-    MLflow store; ``config`` is ``{"model": {...}, "train": {...}}`` overrides."""
+    MLflow store; ``config`` is ``{"model": {...}, "train": {...}}`` overrides on top of the
+    task's. The split is fixed by sequence id (a task declared ``split = "time"`` keeps it), so
+    that no night trains on another night's dev or test sequences."""
     config = config or {}
     unknown = set(config) - {"model", "train"}
     if unknown:
         raise ValueError(f"unknown training config sections {sorted(unknown)}; use 'model' and 'train'")
     root = Path(workdir) / "data"
-    source = TASKS[task_name].source
+    task = load_catalog(catalog).task(task_name)
+    source = task.source
     ingested = storage.ingest_dates(root, source)
     if not ingested:
         raise SourceNeverIngested(f"{task_name}: no data of source {source!r} was ever ingested under {root}")
@@ -87,7 +94,8 @@ def nightly_train(workdir: str, task_name: str, date: str, window_days: int = 7,
         raise FileNotFoundError(f"{task_name}: no ingested data of source {source!r} under {root} in the "
                                 f"{window_days} days up to {date}; run seqenc_ingest for those days first")
     night = night_dir(workdir, task_name, date)
-    seqs = stage_sequences(str(night), task_name, size, seed, ingest_date=dates, data_root=str(root), split="fixed")
+    seqs = stage_sequences(str(night), task_name, size, seed, ingest_date=dates, data_root=str(root),
+                           split="time" if task.split == "time" else "fixed", catalog=catalog)
     trained = stage_train(str(night), task_name, size, seed, progress=progress, mode=mode,
                           train_overrides=config.get("train"), model_overrides=config.get("model"),
                           data_root=str(root), tracking_dir=str(workdir))
@@ -106,16 +114,18 @@ def promotion_score(task: str, y: np.ndarray, probs: np.ndarray) -> float:
     return float(f1_score(y, probs.argmax(axis=1), average="macro", zero_division=0))
 
 
-def dev_score(bundle: Bundle, objects: pl.DataFrame, dev: pl.DataFrame, class_names: list[str]) -> float:
+def dev_score(bundle: Bundle, objects: pl.DataFrame, dev: pl.DataFrame, task: Task, class_names: list[str]) -> float:
     """Score ``dev``'s sequences (``sequence_id, label``) with a loaded bundle of any mode; the
     promotion metric."""
     model = bundle.model
     pred = score_objects(bundle, objects, progress=False).join(dev, on="sequence_id", how="inner")
-    if model.config.task == "next_item":
+    if task.kind == "next_item":
         return ranking_metrics_of_lists(pred["label"].to_list(), pred["top_items"].to_list())["recall_at_10"]
     if list(model.config.class_names or []) != list(class_names):
         raise ValueError(f"model classes {model.config.class_names} differ from the task's {class_names}")
-    y = np.array([class_names.index(v) for v in pred["label"].to_list()])
+    labels = pred["label"].to_list()
+    y = np.array([int(v == task.positive) for v in labels] if task.kind == "anomaly"
+                 else [class_names.index(v) for v in labels])
     probs = pred.select([f"prob_{c}" for c in class_names]).to_numpy()
     return promotion_score(model.config.task, y, probs)
 
@@ -135,32 +145,37 @@ def promote_if_better(workdir: str, trained: dict, min_delta: float = 0.0) -> di
     tracking.use_store(workdir)
     client = mlflow.MlflowClient()
     task_name, name, version = trained["task_name"], trained["registered_model"], str(trained["model_version"])
-    spec = TASKS[task_name]
     night = Path(trained["night_dir"])
-    splits = pl.read_parquet(night / "sequences" / task_name / "splits.parquet")
-    dev = splits.filter(pl.col("split") == "dev").select("sequence_id", "label")
+    _, spec, classes = read_task(sequences_dir(night, task_name))
+    splits = pl.read_parquet(sequences_dir(night, task_name) / "splits.parquet")
+    dev = splits.filter((pl.col("split") == "dev") & pl.col("label").is_not_null()).select("sequence_id", "label")
     objects = storage.read_objects(Path(workdir) / "data", spec.source, trained["dates"])
     objects = objects.join(dev.select("sequence_id"), on="sequence_id", how="semi")
-    metric = PROMOTION_METRIC[spec.task]
-    classes = list(spec.class_names)
-    new = dev_score(load_bundle(trained["model_dir"]), objects, dev, classes)
+    metric = PROMOTION_METRIC[spec.kind]
     try:
         current = resolve_model(f"models:/{name}@{CHAMPION}", night / "champion")
-        champion = dev_score(load_bundle(current.bundle), objects, dev, classes)
         champion_version = current.version
     except NoChampionError:
-        champion, champion_version = None, None
-    promoted, reason = decide(new, champion, min_delta)
+        current, champion_version = None, None
+    if dev.height == 0:  # an anomaly task without labels: nothing to compare on
+        new, champion = None, None
+        promoted, reason = True, "no labelled dev sequences to compare on: the newest model becomes champion"
+    else:
+        new = dev_score(load_bundle(trained["model_dir"]), objects, dev, spec, classes)
+        champion = None if current is None else dev_score(load_bundle(current.bundle), objects, dev, spec, classes)
+        promoted, reason = decide(new, champion, min_delta)
     if champion_version == version:
         promoted, reason = False, "this version is already the champion"
     reason = f"{metric}: {reason} (champion version {champion_version}, {dev.height} dev sequences)"
     if promoted:
         client.set_registered_model_alias(name, CHAMPION, version)
     state = "champion" if promoted else "rejected"
-    for key, value in (("promotion", state), ("promotion_reason", reason), (f"dev_{metric}", f"{new:.6f}")):
+    dev_value = "none" if new is None else f"{new:.6f}"
+    for key, value in (("promotion", state), ("promotion_reason", reason), (f"dev_{metric}", dev_value)):
         client.set_model_version_tag(name, version, key, value)
         client.set_tag(trained["run_id"], key, value)
-    client.log_metric(trained["run_id"], f"promotion/dev_{metric}_new", new)
+    if new is not None:
+        client.log_metric(trained["run_id"], f"promotion/dev_{metric}_new", new)
     if champion is not None:
         client.log_metric(trained["run_id"], f"promotion/dev_{metric}_champion", champion)
     result = {"registered_model": name, "model_version": version, "promoted": promoted, "reason": reason,

@@ -33,7 +33,7 @@ CHAMPION = "champion"
 BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
 
 
-class NoChampionError(LookupError):
+class NoChampionError(FileNotFoundError):
     """The registered model has no version under the alias (nothing promoted yet)."""
 
 
@@ -78,6 +78,15 @@ def resolve_model(model: str | Path, download_dir: str | Path | None = None) -> 
             raise FileNotFoundError(f"{path} is neither a model URI (models:/NAME@ALIAS, models:/NAME/VERSION, "
                                     f"runs:/RUN_ID/model) nor a seqenc model bundle (missing {', '.join(missing)})")
         return ResolvedModel(bundle=path, uri=text)
+    try:
+        return _fetch(text, download_dir)
+    except mlflow.exceptions.MlflowException as exc:  # no such model, version, run or artifact
+        raise FileNotFoundError(f"model URI {text} cannot be read from the tracking store "
+                                f"{mlflow.get_tracking_uri()}: {str(exc).splitlines()[0][:200]}") from exc
+
+
+def _fetch(text: str, download_dir) -> ResolvedModel:
+    """:func:`resolve_model` of a ``models:/`` or ``runs:/`` URI."""
     client = mlflow.MlflowClient()
     name = version = run_id = None
     if text.startswith("models:/"):

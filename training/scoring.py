@@ -14,6 +14,9 @@ the one difference is the input each model reads, built by the functions trainin
 
 * ``interleaved`` / ``no_interleave`` (:class:`~seqenc.model.TVMKA`): S(k) windows, KRs batched by
   length, then the KA (seqenc.inference.predict_proba), plus the surprise when trained with it;
+* ``unlabelled`` (:class:`~seqenc.model.TVMKA`, training.unlabelled): the same windows, scored by
+  the TVM's masked-LM surprise alone: the bundle's scorer has no KA line
+  (``metadata.json``: ``surprise.ka_centre`` null), so the untrained KA is never run;
 * ``joint`` (:class:`~seqenc.baselines.JointTVMKA`): the same windows, one batch of sequences at
   a time through its end-to-end forward;
 * ``flattened`` / ``record_view`` (:class:`~seqenc.baselines.FlattenedEncoder`,
@@ -60,7 +63,8 @@ log = logging.getLogger(__name__)
 BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
 # the model class each training mode saves (training.pipeline.stage_train)
 MODE_ARCHITECTURE = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA,
-                     "flattened": FlattenedEncoder, "record_view": RecordViewEncoder}
+                     "flattened": FlattenedEncoder, "record_view": RecordViewEncoder,
+                     "unlabelled": TVMKA}  # training.unlabelled: the TVM's surprise alone
 END_TO_END_BATCH = 32  # sequences per forward pass of an end-to-end model (its trainer evaluates 2 x 16)
 
 
@@ -110,6 +114,9 @@ def model_inputs(bundle: Bundle, objects: pl.DataFrame):
     model, tok, meta = bundle
     if meta.get("event_key"):
         objects = with_event_key(objects)
+    if meta.get("keep_keys") is not None:  # the task's keep_keys (seqenc.catalog), the event key kept too
+        keep = set(meta["keep_keys"]) | ({"event"} if meta.get("event_key") else set())
+        objects = objects.filter(pl.col("key").is_in(sorted(keep)))
     exclude_keys = tuple(meta.get("exclude_keys", ()))
     if isinstance(model, FlattenedEncoder | RecordViewEncoder):
         return ObjectSequences.from_objects(objects, tok, exclude_keys)
@@ -124,12 +131,15 @@ def model_probabilities(bundle: Bundle, objects: pl.DataFrame, progress: bool = 
     data = model_inputs(bundle, objects)
     if isinstance(model, END_TO_END_MODELS):  # JointTVMKA first: it is a TVMKA too
         return list(data.sequence_ids), end_to_end_proba(model, data, tok, END_TO_END_BATCH, progress)
-    probs = predict_proba(model, data, tok.pad_id, progress=progress)
-    if meta.get("surprise"):  # trained with surprise_scoring: combine as the trainer did
-        stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_kinds,
-                             progress=progress)
-        probs = SurpriseScorer.from_dict(meta["surprise"]).combine(probs, stats, data)
-    return list(data.sequence_ids), probs
+    if not meta.get("surprise"):
+        return list(data.sequence_ids), predict_proba(model, data, tok.pad_id, progress=progress)
+    # trained with surprise_scoring (combine with the KA as the trainer did) or without labels
+    # (training.unlabelled: a scorer with no KA line, the KA untrained and never run)
+    scorer = SurpriseScorer.from_dict(meta["surprise"])
+    stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_kinds,
+                         progress=progress, stride=scorer.stride)
+    probs = predict_proba(model, data, tok.pad_id, progress=progress) if scorer.uses_ka else None
+    return list(data.sequence_ids), scorer.combine(probs, stats, data)
 
 
 TOP_ITEMS = 10  # next_item: ranked items per sequence in a predictions file (recall@1/5/10)

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
+from seqenc.config import TRAINING_MODES
 from seqenc.inference import gather_keys, ka_probabilities, key_representations, to_model
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
@@ -53,7 +54,7 @@ from training.phased import PhasedTrainer
 
 log = logging.getLogger(__name__)
 
-MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view")
+MODES = TRAINING_MODES  # seqenc.config: the one list of training modes
 END_TO_END = ("joint", "flattened", "record_view")
 MLM_SEQUENCES = ("all", "normal")  # which train sequences the TVM's masked LM reads
 RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on

@@ -1,0 +1,336 @@
+"""The catalogue: which sources a deployment ingests and which tasks it trains, in one TOML file.
+
+A user declares their own data here instead of in code (``--catalog FILE``, else the
+environment variable ``SEQENC_CATALOG``, else the shipped ``default_catalog.toml``: the built-in
+demo's sources and tasks)::
+
+    [sources.payments]                  # a name of [A-Za-z0-9_.-]: it becomes a partition folder
+    kind = "events"                     # "logs" | "events"
+    path = "landing/payments/*.jsonl"   # file or glob of raw files (relative: to the catalogue's folder)
+    session_field = "order.id"          # events: the field that groups events into sequences
+    ts_field = "at"                     # events: the time field
+    labels = "labels/payments.csv"      # optional labels CSV ...
+    label_id_column = "order_id"        # ... its id column (default: the first)
+    label_column = "outcome"            # ... its label column (default: the second)
+
+    [tasks.fraud]                       # a name of [A-Za-z0-9_.-]: model name seqenc-fraud
+    source = "payments"
+    kind = "binary"                     # "binary" | "multiclass" | "next_item" | "anomaly" (no labels)
+    positive = "fraud"                  # binary: the positive class (the other one is negative)
+    exclude_keys = ["request_id"]       # keys left out of S(k)
+    split = "stratified"                # "stratified" | "fixed" | "time"
+    config = {model = {d_model = 64}}   # TVMKAConfig / TrainConfig overrides
+
+Every field of both tables is below (:class:`Source`, :class:`Task`); an unknown field, a wrong
+kind or a task over an undeclared source is an error that names the file, the table and the
+field, and lists what is allowed (:class:`CatalogError`).
+
+Choices where the issue leaves room:
+
+* relative paths resolve against the catalogue file's folder (so a catalogue and its data move
+  together); the shipped catalogue has no paths: ``seqenc demo`` generates its data
+  (``demo_generator``);
+* a binary task's classes are put in the order (negative, positive), so index 1 is the positive
+  class everywhere downstream (thresholds, P(positive) scores, the masked LM of normal
+  sequences); the classes come from ``classes`` or, when not given, from the labels;
+* ``kind = "anomaly"`` needs no labels. Labels, where they exist, only evaluate it: ``positive``
+  names the anomalous class in them (every other label is normal), and ``train_on = "normal"``
+  trains the masked LM on the sequences labelled normal only (DeepLog's setting);
+* ``split = "time"``: sequences ordered by their first timestamp, the oldest 70 % train, the
+  next 15 % dev, the newest 15 % test (what will be scored next is newer than what trained).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from seqenc.config import TRAINING_MODES
+
+DEFAULT_CATALOG = Path(__file__).with_name("default_catalog.toml")
+ENV_VAR = "SEQENC_CATALOG"
+TASK_KINDS = ("binary", "multiclass", "next_item", "anomaly")
+SPLITS = ("stratified", "fixed", "time")
+SIZES = ("demo", "tiny")
+THRESHOLD_POLICIES = ("best_f1", "contamination", "quantile")
+# the demo's data generators (training.pipeline.stage_generate), by what they write
+DEMO_GENERATORS = ("hdfs_logs", "session_events", "purchases")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
+
+
+class CatalogError(ValueError):
+    """A catalogue that cannot be used; the message names the file, the table and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Strict):
+    """``[sources.<name>]``: where raw data comes from and how it becomes sequences."""
+
+    kind: Literal["logs", "events"]
+    path: str | None = None  # file, glob or folder of raw files (the landing DAG watches <landing>/<name>/)
+    # logs: a parsers.presets name or a name in `formats` (a JSON of user formats)
+    preset: str | None = None
+    formats: str | None = None
+    # logs: sequences by the ids this regex finds in the content (default: the preset's), or by
+    # `session_field` (a header field) and time windows of `window` seconds every `step` seconds
+    session_id: str | None = None
+    window: float | None = Field(default=None, gt=0)
+    step: float | None = Field(default=None, gt=0)
+    # events: the field (dotted for nested objects) whose value is the sequence id, and the time field
+    session_field: str | None = None
+    ts_field: str | None = None
+    labels: str | None = None  # a labels CSV with a header row
+    label_id_column: str | None = None
+    label_column: str | None = None
+    max_reject_share: float = Field(default=0.1, ge=0, le=1)
+    demo_generator: Literal[DEMO_GENERATORS] | None = None  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _by_kind(self) -> Source:
+        if self.kind == "logs" and self.ts_field:
+            raise ValueError("ts_field is for events; log times come from the log format")
+        if self.kind == "events" and (self.preset or self.formats or self.session_id or self.window):
+            raise ValueError("preset, formats, session_id and window are for logs; events use session_field and "
+                             "ts_field")
+        if self.window is None and self.step is not None:
+            raise ValueError("step needs window")
+        return self
+
+    def event_options(self) -> dict:
+        """Keyword arguments of parsers.events.ingest_events."""
+        return {"session_field": self.session_field or "session_id", "ts_field": self.ts_field or "ts",
+                "max_reject_share": self.max_reject_share}
+
+
+class Threshold(_Strict):
+    """How a binary or anomaly task turns scores into flags. ``best_f1``: the threshold with the
+    best F1 on the labelled dev sequences (binary's default); ``contamination``: flag the top
+    ``share`` of the reference (dev) sequences' scores (anomaly's default, share 0.05);
+    ``quantile``: flag above the ``q``-quantile of the reference scores (a clean reference
+    window: ``train_on = "normal"``)."""
+
+    policy: Literal[THRESHOLD_POLICIES]  # type: ignore[valid-type]
+    share: float | None = Field(default=None, gt=0, lt=0.5)
+    q: float | None = Field(default=None, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _fields(self) -> Threshold:
+        need = {"contamination": "share", "quantile": "q"}.get(self.policy)
+        for name in ("share", "q"):
+            if name != need and getattr(self, name) is not None:
+                raise ValueError(f"{name} is not used by policy {self.policy!r}")
+        if need and getattr(self, need) is None:
+            raise ValueError(f"policy {self.policy!r} needs {need}")
+        return self
+
+    def to_dict(self) -> dict:
+        return self.model_dump(exclude_none=True)
+
+
+DEFAULT_ANOMALY_THRESHOLD = Threshold(policy="contamination", share=0.05)
+
+
+class Task(_Strict):
+    """``[tasks.<name>]``: what to predict from a source's sequences."""
+
+    source: str
+    kind: Literal[TASK_KINDS]  # type: ignore[valid-type]
+    classes: list[str] | None = None  # binary / multiclass: default the labels' distinct values
+    positive: str | None = None  # binary: the positive class; anomaly: the anomalous label (evaluation)
+    exclude_keys: list[str] = []  # keys kept in Parquet but left out of S(k)
+    keep_keys: list[str] | None = None  # when given: only these keys (and the event key) make S(k)
+    event_key: bool = False  # logs: a key "event" with the line's template id (S(event) = the event order)
+    item_key: str | None = None  # next_item: the key whose values are the catalogue's items
+    split: Literal[SPLITS] = "stratified"  # type: ignore[valid-type]
+    size: Literal[SIZES] | None = None  # type: ignore[valid-type]  # model and step sizes (default: the command's)
+    mode: Literal[TRAINING_MODES] = "interleaved"  # type: ignore[valid-type]
+    config: dict[str, dict[str, Any]] = {}  # {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}
+    threshold: Threshold | None = None
+    train_on: Literal["all", "normal"] = "all"  # anomaly: which train sequences the masked LM reads
+
+    @model_validator(mode="after")
+    def _by_kind(self) -> Task:
+        if set(self.config) - {"model", "train"}:
+            raise ValueError(f"config has sections {sorted(self.config)}; allowed: model, train")
+        if self.classes is not None and len(set(self.classes)) != len(self.classes):
+            raise ValueError(f"classes repeat a name: {self.classes}")
+        if self.kind == "binary":
+            if not self.positive:
+                raise ValueError("a binary task needs positive = the name of its positive class")
+            if self.classes is not None and (len(self.classes) != 2 or self.positive not in self.classes):
+                raise ValueError(f"a binary task's classes are two names, positive among them; got {self.classes}")
+        if self.kind == "multiclass" and self.classes is not None and len(self.classes) < 2:
+            raise ValueError(f"a multiclass task needs at least two classes, got {self.classes}")
+        if self.kind == "next_item" and not self.item_key:
+            raise ValueError("a next_item task needs item_key = the key whose values are the items")
+        if self.kind != "next_item" and self.item_key:
+            raise ValueError("item_key is for next_item tasks")
+        if self.kind in ("next_item", "anomaly") and self.classes is not None:
+            raise ValueError(f"a {self.kind} task has no classes field (next_item: the items come from the data; "
+                             "anomaly: normal / positive)")
+        if self.kind != "anomaly" and self.train_on != "all":
+            raise ValueError("train_on is for anomaly tasks")
+        if self.kind == "anomaly" and self.train_on == "normal" and not self.positive:
+            raise ValueError('train_on = "normal" needs positive = the anomalous label (the rest is normal)')
+        policy = self.threshold.policy if self.threshold else None
+        if policy and (self.kind in ("multiclass", "next_item") or (self.kind == "binary" and policy != "best_f1")
+                       or (self.kind == "anomaly" and policy == "best_f1")):
+            raise ValueError(f"threshold policy {policy!r} does not apply to a {self.kind} task (binary: best_f1; "
+                             "anomaly: contamination or quantile)")
+        return self
+
+    @property
+    def labelled(self) -> bool:
+        """Whether training needs labels (every kind but anomaly)."""
+        return self.kind != "anomaly"
+
+    @property
+    def model_task(self) -> str:
+        """TVMKAConfig.task of the model: an anomaly task's model scores normal / anomalous."""
+        return "binary" if self.kind == "anomaly" else self.kind
+
+    def threshold_policy(self) -> dict:
+        if self.threshold is not None:
+            return self.threshold.to_dict()
+        return DEFAULT_ANOMALY_THRESHOLD.to_dict() if self.kind == "anomaly" else {"policy": "best_f1"}
+
+    def ordered_classes(self, labels: list[str]) -> list[str]:
+        """The model's classes in output order, from ``classes`` or the distinct ``labels``.
+        Binary: (negative, positive). Anomaly: (normal, ``positive`` or "anomaly"), whatever
+        the labels say. Raises ValueError when the labels cannot make the task."""
+        if self.kind == "anomaly":
+            positive = self.positive or "anomaly"
+            return ["normal" if positive != "normal" else "not_normal", positive]
+        found = sorted(set(labels))
+        classes = list(self.classes) if self.classes is not None else found
+        if self.classes is not None:
+            unknown = sorted(set(found) - set(classes))
+            if unknown:
+                raise ValueError(f"labels {unknown[:10]} are not among the declared classes {classes}; add them to "
+                                 "classes or fix the labels")
+        if self.kind == "binary":
+            if len(classes) != 2:
+                raise ValueError(f"a binary task needs labels of exactly two classes, found {classes}; a multiclass "
+                                 "task takes more, and one class alone cannot be learned")
+            if self.positive not in classes:
+                raise ValueError(f"positive class {self.positive!r} is not among the labels' classes {classes}")
+            return [c for c in classes if c != self.positive] + [self.positive]
+        if self.kind == "multiclass" and len(classes) < 2:
+            raise ValueError(f"a multiclass task needs labels of at least two classes, found {classes}")
+        return classes
+
+
+class Catalog(_Strict):
+    """The whole file: ``[sources.<name>]`` and ``[tasks.<name>]`` tables."""
+
+    sources: dict[str, Source] = {}
+    tasks: dict[str, Task] = {}
+    path: str | None = Field(default=None, exclude=True)  # where it was read from (messages, relative paths)
+
+    @model_validator(mode="after")
+    def _names(self) -> Catalog:
+        for table, names in (("sources", self.sources), ("tasks", self.tasks)):
+            for name in names:
+                if not NAME.match(name):
+                    raise ValueError(f"[{table}.{name}]: a name is 1-64 characters of [A-Za-z0-9_.-], starting "
+                                     "with a letter or digit (it becomes a folder and a model name)")
+        for name, task in self.tasks.items():
+            if task.source not in self.sources:
+                raise ValueError(f"[tasks.{name}] source: {task.source!r} is not a declared source; declared: "
+                                 f"{', '.join(sorted(self.sources)) or 'none'}")
+        return self
+
+    def task(self, name: str) -> Task:
+        if name not in self.tasks:
+            raise CatalogError(f"unknown task {name!r} in {self.where}; declared tasks: "
+                               f"{', '.join(sorted(self.tasks)) or 'none'}")
+        return self.tasks[name]
+
+    def source(self, name: str) -> Source:
+        if name not in self.sources:
+            raise CatalogError(f"unknown source {name!r} in {self.where}; declared sources: "
+                               f"{', '.join(sorted(self.sources)) or 'none'}")
+        return self.sources[name]
+
+    @property
+    def where(self) -> str:
+        return self.path or "the catalogue"
+
+    def resolve_path(self, path: str) -> Path:
+        """A path of the catalogue: absolute as given, relative to the catalogue's folder."""
+        p = Path(os.path.expanduser(path))
+        return p if p.is_absolute() or not self.path else Path(self.path).parent / p
+
+
+def _describe(err: dict, where: str) -> str:
+    """One pydantic error as 'FILE: [table.name] field: what is wrong; allowed: ...'."""
+    loc = [str(x) for x in err["loc"]]
+    table = f"[{'.'.join(loc[:2])}]" if len(loc) >= 2 else f"[{loc[0]}]" if loc else ""
+    field = ".".join(loc[2:])
+    if err["type"] == "extra_forbidden":
+        model = {"sources": Source, "tasks": Task}.get(loc[0]) if loc else None
+        if model is not None and len(loc) == 3:
+            allowed = sorted(model.model_fields)
+        elif model is None and len(loc) == 1:
+            allowed = ["sources", "tasks"]
+        else:
+            allowed = sorted(Threshold.model_fields) if "threshold" in loc else []
+        return (f"{where}: {table} unknown field {field or loc[-1]!r}"
+                + (f"; allowed fields: {', '.join(allowed)}" if allowed else ""))
+    message = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "literal_error":
+        message = f"{err.get('input')!r} is not allowed; allowed: {err['ctx']['expected']}"
+    if not table:  # a check over the whole file: the message names its table
+        return f"{where}: {message}"
+    return f"{where}: {table}{' ' + field if field else ''}: {message}"
+
+
+def parse_catalog(data: dict, where: str = "the catalogue", path: str | None = None) -> Catalog:
+    """A catalogue from its parsed TOML (a dict); CatalogError on anything invalid. ``where``
+    names it in messages; ``path`` is its file (relative paths resolve against its folder)."""
+    if "path" in data:
+        raise CatalogError(f"{where}: unknown top-level table 'path'; allowed: sources, tasks")
+    try:
+        return Catalog.model_validate({**data, "path": path})
+    except ValidationError as exc:
+        raise CatalogError("; ".join(_describe(e, where) for e in exc.errors()[:5])) from None
+
+
+def load_catalog(catalog: str | os.PathLike | Catalog | None = None) -> Catalog:
+    """A :class:`Catalog` from a file path, TOML text (the Airflow Variable may hold either),
+    an already loaded one, or None: ``$SEQENC_CATALOG``, else the shipped default."""
+    if isinstance(catalog, Catalog):
+        return catalog
+    if catalog is None or str(catalog) == "":
+        catalog = os.environ.get(ENV_VAR) or DEFAULT_CATALOG
+    text = str(catalog)
+    if "\n" in text or text.lstrip().startswith("["):
+        where, path, raw = "the catalogue text", None, text
+    else:
+        path = Path(os.path.expanduser(text))
+        if not path.is_file():
+            raise CatalogError(f"catalogue {path} does not exist; pass an existing TOML file with --catalog "
+                               f"(or ${ENV_VAR})")
+        where, raw = str(path.resolve()), path.read_text(encoding="utf-8")
+        path = where
+    try:
+        data = tomllib.loads(raw)
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(f"{where}: not valid TOML ({exc})") from None
+    return parse_catalog(data, where, path)
+
+
+def catalog_ref(catalog: str | os.PathLike | Catalog | None) -> str | None:
+    """What to store so that a later step (a resumed job, an Airflow task) loads the same
+    catalogue: its path, or None for the default."""
+    if isinstance(catalog, Catalog):
+        return catalog.path
+    return None if catalog is None else str(catalog)

@@ -1,0 +1,147 @@
+"""Bring your own data through the CLI: a catalogue whose sources, keys and classes the code has
+never seen (tests/byod_data.py), ingest -> tasks -> profile -> train -> score -> evaluate, with
+labels (4 classes; binary with positive class ``fraud``) and without (an anomaly task over logs
+in the user's own format); and the catalogue's validation messages."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from byod_data import STAGES, catalogue_text, write_orders, write_vault_logs
+
+from parsers import storage
+from seqenc.catalog import CatalogError, load_catalog
+from seqenc.cli import main
+
+
+def _json(capsys) -> dict:
+    """The JSON object a command printed (before any trailing non-JSON lines)."""
+    out = capsys.readouterr().out
+    start, end = out.index("{"), out.rindex("}")
+    return json.loads(out[start:end + 1])
+
+
+@pytest.fixture(scope="module")
+def byod(tmp_path_factory):
+    base = tmp_path_factory.mktemp("byod")
+    orders = write_orders(base / "raw")
+    vault = write_vault_logs(base / "raw")
+    catalog = base / "seqenc.toml"
+    catalog.write_text(catalogue_text(vault["formats"]))
+    return {"base": base, "work": base / "work", "catalog": catalog, "orders": orders, "vault": vault}
+
+
+def test_ingest_with_labels_and_the_task_list(byod, capsys):
+    root, catalog = str(byod["work"] / "data"), str(byod["catalog"])
+    o, v = byod["orders"], byod["vault"]
+    assert main(["ingest", "events", str(o["events"]), "--root", root, "--source", "orders", "--catalog", catalog,
+                 "--labels", str(o["stage"]), "--label-id-column", "order_ref", "--label-column", "stage"]) == 0
+    assert main(["ingest", "events", str(o["events"]), "--root", root, "--source", "orders_risk",
+                 "--catalog", catalog, "--labels", str(o["risk"])]) == 0  # label columns from the catalogue
+    assert main(["ingest", "logs", str(v["logs"]), "--root", root, "--source", "vault", "--catalog", catalog,
+                 "--labels", str(v["labels"])]) == 0
+    capsys.readouterr()
+    assert storage.read_objects(root, "orders")["sequence_id"].n_unique() == 160  # grouped by order.id
+    assert storage.read_objects(root, "vault")["sequence_id"].n_unique() == 120  # by the format's id pattern
+    assert main(["tasks", "--catalog", catalog, "--root", root, "--json"]) == 0
+    rows = {r["task"]: r for r in json.loads(capsys.readouterr().out)}
+    assert set(rows) == {"order_stage", "fraud_watch", "vault_watch"}
+    assert rows["order_stage"]["per_class"] == dict.fromkeys(sorted(STAGES), 40)
+    assert list(rows["fraud_watch"]["per_class"]) == ["legit", "fraud"]  # the model's order: negative, positive
+    assert rows["vault_watch"]["labelled"] == 120 and rows["vault_watch"]["sequences"] == 120
+
+
+def test_profile_flags_per_object_ids_and_writes_a_starter_task(byod, capsys, tmp_path):
+    root = str(byod["work"] / "data")
+    starter = tmp_path / "starter.toml"
+    assert main(["profile", "--root", root, "--source", "orders", "--json", "--write-task", str(starter),
+                 "--task-name", "first_try"]) == 0
+    profile = _json(capsys)
+    keys = {k["key"]: k for k in profile["keys"]}
+    assert keys["request_id"]["unique_per_object"] and not keys["action"]["unique_per_object"]
+    assert keys["amount"]["numeric"] and keys["order.channel"]["share"] == 1.0
+    task = load_catalog(starter).task("first_try")
+    assert task.kind == "multiclass" and "request_id" in task.exclude_keys and "action" not in task.exclude_keys
+    with pytest.raises(SystemExit, match="already declared"):  # one line, no traceback
+        main(["profile", "--root", root, "--source", "orders", "--write-task", str(starter), "--task-name",
+              "first_try"])
+
+
+@pytest.mark.parametrize("task", ["order_stage", "fraud_watch", "vault_watch"])
+def test_train_score_evaluate_a_declared_task(byod, capsys, task):
+    work, catalog = byod["work"], str(byod["catalog"])
+    assert main(["train", "--catalog", catalog, "--task", task, "--workdir", str(work), "--no-progress"]) == 0
+    result = _json(capsys)
+    test = result["metrics"]["test"]
+    if task == "order_stage":
+        assert test["macro_f1"] > 0.5  # 4 classes, chance 0.25: the actions say the stage
+    else:  # binary and anomaly tasks report the test split's f1, precision, recall
+        assert {"f1", "precision", "recall"} <= set(test)
+    model, source = work / "models" / task / "bundle", load_catalog(catalog).task(task).source
+    assert main(["score", "--model", str(model), "--input", str(work / "data"), "--out", str(work / "pred" / task),
+                 "--no-progress"]) == 0
+    scored = pl.concat([pl.read_parquet(p) for p in sorted((work / "pred" / task).glob("date=*/part-0.parquet"))])
+    assert scored.height == storage.read_objects(work / "data", source)["sequence_id"].n_unique()
+    if task == "fraud_watch":  # the declared positive class is the score, whatever its name sorts like
+        assert scored["score"].to_list() == pytest.approx(scored["prob_fraud"].to_list())
+    if task == "vault_watch":
+        assert set(scored["label"].to_list()) <= {"normal", "breach"}
+    capsys.readouterr()
+    assert main(["evaluate", "--workdir", str(work), "--task", task, "--catalog", catalog, "--no-progress"]) == 0
+    evaluated = _json(capsys)
+    assert evaluated["split"] == "test" and evaluated["sequences"] > 0
+    for name, value in test.items():  # the same figures from the saved model as from the trainer
+        if name in evaluated["metrics"]:
+            assert evaluated["metrics"][name] == pytest.approx(value, abs=1e-6), name
+
+
+def test_an_unlabelled_anomaly_task_finds_the_breaches(byod, capsys):
+    """Trained without labels (the masked LM reads every train session); the labels only
+    evaluate: over all 120 sessions, breaches rank well above their share."""
+    work = byod["work"]
+    stats = json.loads((work / "sequences" / "vault_watch" / "stats.json").read_text())
+    assert stats["class_counts"]["breach"] > 0 and stats["unlabelled"] == 0
+    [day] = storage.ingest_dates(work / "data", "vault")
+    capsys.readouterr()
+    assert main(["evaluate", "--workdir", str(work), "--task", "vault_watch", "--date", day, "--no-progress"]) == 0
+    metrics = _json(capsys)["metrics"]
+    share = stats["class_counts"]["breach"] / 120
+    assert metrics["labelled"] == 120 and metrics["average_precision"] > 2 * share
+
+
+CASES = {
+    "kind": ('[sources.s]\nkind = "event"\n', "[sources.s] kind: 'event' is not allowed; allowed: 'logs' or 'events'"),
+    "field": ('[sources.s]\nkind = "events"\nsesion_field = "x"\n', "unknown field 'sesion_field'; allowed fields:"),
+    "source": ('[sources.s]\nkind = "events"\n[tasks.t]\nsource = "nope"\nkind = "anomaly"\n',
+               "[tasks.t] source: 'nope' is not a declared source; declared: s"),
+    "positive": ('[sources.s]\nkind = "events"\n[tasks.t]\nsource = "s"\nkind = "binary"\n',
+                 "[tasks.t]: a binary task needs positive"),
+    "policy": ('[sources.s]\nkind = "events"\n[tasks.t]\nsource = "s"\nkind = "anomaly"\n'
+               'threshold = {policy = "median"}\n', "[tasks.t] threshold.policy: 'median' is not allowed"),
+    "name": ('[sources."../x"]\nkind = "events"\n', "[sources.../x]: a name is 1-64 characters"),
+    "toml": ('[sources.s\n', "not valid TOML"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_catalogue_errors_name_the_file_table_and_field(case, tmp_path):
+    text, expected = CASES[case]
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(CatalogError) as err:
+        load_catalog(path)
+    assert str(path.resolve()) in str(err.value) and expected in str(err.value)
+
+
+def test_ingest_reads_the_files_and_labels_the_catalogue_names(byod, tmp_path):
+    """No FILE: the source's path (a glob, relative to the catalogue's folder) and labels."""
+    catalog = byod["base"] / "paths.toml"
+    catalog.write_text('[sources.shop]\nkind = "events"\npath = "raw/orders*.jsonl"\nsession_field = "order.id"\n'
+                       'ts_field = "at"\nlabels = "raw/risk.csv"\nlabel_id_column = "order_ref"\n'
+                       'label_column = "risk"\n')
+    root = tmp_path / "data"
+    assert main(["ingest", "events", "--root", str(root), "--source", "shop", "--catalog", str(catalog)]) == 0
+    assert storage.read_objects(root, "shop")["sequence_id"].n_unique() == 160
+    assert set(storage.read_labels(root, "shop")["label"].to_list()) == {"fraud", "legit"}

@@ -1,0 +1,267 @@
+"""Anomaly detection without labels (training.unlabelled): the masked LM alone ranks sequences
+with an unseen value above normal ones; threshold policies; the bundle scores through the
+serving path with the trainer's probabilities; loglizer's PCA baseline (count_pca); bench rows."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+from shared_data import require
+from sklearn.metrics import roc_auc_score
+
+from parsers import storage
+from seqenc.config import TVMKAConfig
+from seqenc.model import TVMKA
+from seqenc.sequences import collect_value_sequences
+from seqenc.surprise import SurpriseScorer
+from training.benchdata import pca_detector
+from training.pipeline import vocab_and_windows
+from training.scoring import load_bundle, save_bundle, score_objects
+from training.trainer import TrainConfig
+from training.unlabelled import (
+    THRESHOLD_POLICIES,
+    UnlabelledTrainer,
+    check_threshold,
+    labelled_metrics,
+    policy_threshold,
+)
+
+MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
+         "vocab_size": 512, "dropout": 0.0, "attn_dropout": 0.0}
+STEPS = {"pretrain_steps": 60, "rounds": 2, "tvm_steps_per_round": 20, "batch_tokens": 2048, "warmup_steps": 5,
+         "lr_tvm": 2e-3, "log_every": 10, "mlm_mask_unit": "value"}
+
+
+def _objects(n: int = 160, seed: int = 0) -> tuple[pl.DataFrame, np.ndarray]:
+    """Blocks of events E1-E4 in a random order, a port and a status per event; one block in
+    eight (y = 1) has one port no other block uses (``6666`` instead of ``50010``)."""
+    rng = np.random.default_rng(seed)
+    rows, y = [], np.zeros(n, dtype=np.int64)
+    y[rng.permutation(n)[: n // 8]] = 1
+    for s in range(n):
+        events = list(rng.permutation(["E1", "E2", "E3", "E4"])) + ["E2", "E3"]
+        odd = int(rng.integers(len(events))) if y[s] else -1
+        for step, event in enumerate(events):
+            for key, value in (("event", event), ("port", "6666" if step == odd else "50010"), ("status", "ok")):
+                rows.append({"sequence_id": f"b{s:03d}", "step": step, "ts": None, "key": key, "value": value,
+                             "template_id": None})
+    schema = storage.polars_schema(storage.OBJECTS_SCHEMA)
+    return pl.DataFrame(rows, schema=schema), y
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory):
+    """A tiny unlabelled training: the masked LM reads every train block, labels unread."""
+    import torch
+
+    objects, y_all = _objects()
+    ids = sorted(objects["sequence_id"].unique().to_list())
+    rng = np.random.default_rng(1)
+    order = rng.permutation(len(ids))
+    split_of = {ids[i]: ("train" if k < 96 else "dev" if k < 128 else "test") for k, i in enumerate(order)}
+    train_ids = pl.Series([s for s in ids if split_of[s] == "train"])
+    tok, data = vocab_and_windows(collect_value_sequences(objects), train_ids, MODEL)
+    label = dict(zip(ids, y_all))
+    y = np.array([label[s] for s in data.sequence_ids])
+    splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
+              for name in ("train", "dev", "test")}
+    torch.manual_seed(0)
+    model = TVMKA(TVMKAConfig(**{**MODEL, "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+                                 "val_sep_token_id": tok.val_sep_id, "task": "binary", "n_classes": 2,
+                                 "class_names": ["Normal", "Anomaly"]}))
+    unlabelled = np.full_like(y, -1)  # the trainer is told nothing: labels evaluate below only
+    work = tmp_path_factory.mktemp("unlabelled")
+    trainer = UnlabelledTrainer(model, tok, data, unlabelled, splits, TrainConfig(**STEPS, seed=0), work / "job",
+                                {"policy": "contamination", "share": 0.125}, progress=False)
+    result = trainer.fit()
+    return {"trainer": trainer, "result": result, "y": y, "splits": splits, "objects": objects, "tok": tok,
+            "data": data, "model": model, "work": work}
+
+
+def test_unlabelled_model_ranks_unseen_values_above_normal_ones(fitted):
+    result, y, splits = fitted["result"], fitted["y"], fitted["splits"]
+    scored = np.concatenate([splits["dev"], splits["test"]])
+    assert y[scored].sum() >= 4  # anomalies in dev and test to rank
+    auc = roc_auc_score(y[scored], result["probs"][scored, 1])
+    assert auc > 0.95, auc
+    # no label reached the trainer: no metric, and train rows were not scored (NaN)
+    assert result["dev"] == {} and result["test"] == {}
+    assert np.isnan(result["probs"][splits["train"]]).all()
+    assert not np.isnan(result["probs"][scored]).any()
+    # the threshold is the contamination quantile of the reference (dev) scores
+    ref = result["probs"][splits["dev"], 1]
+    assert result["threshold"] == pytest.approx(np.quantile(ref, 1 - 0.125))
+    flagged = result["probs"][scored, 1] >= result["threshold"]
+    assert flagged.sum() > 0 and y[scored][flagged].mean() > 0.5
+    # another policy from the same statistics (the bench's grid): the run's own policy gives the run
+    probs, cut = fitted["trainer"].rescore({"policy": "contamination", "share": 0.125})
+    np.testing.assert_array_equal(probs, result["probs"])
+    assert cut == result["threshold"]
+    scorer = fitted["trainer"].surprise
+    assert not scorer.uses_ka and scorer.stride == 8 and "port" in scorer.centre
+    assert {k for k, v in fitted["trainer"].history.items() if v} == {"train/mlm_loss"}  # no KA step
+
+
+def test_labels_only_evaluate():
+    y = np.array([-1, 0, 1, 1, -1])
+    probs = np.stack([1 - np.array([0.1, 0.2, 0.9, 0.3, 0.8]), [0.1, 0.2, 0.9, 0.3, 0.8]], 1)
+    m = labelled_metrics(y, probs, np.arange(5), 0.5)
+    assert (m["precision"], m["recall"]) == (1.0, 0.5)  # rows 0 and 4 (unlabelled) are not counted
+    assert labelled_metrics(y, probs, np.array([0, 4]), 0.5) == {}
+
+
+def test_threshold_policies():
+    scores = np.arange(101, dtype=np.float64)
+    assert policy_threshold(scores, {"policy": "contamination", "share": 0.1}) == pytest.approx(90.0)
+    assert policy_threshold(scores, {"policy": "quantile", "q": 0.99}) == pytest.approx(99.0)
+    assert THRESHOLD_POLICIES == ("contamination", "quantile")
+    for bad in ({"policy": "best_f1"}, {}, None):
+        with pytest.raises(ValueError, match="contamination"):
+            check_threshold(bad)
+    for share in (0, 0.6, "0.1", None):
+        with pytest.raises(ValueError, match="share"):
+            check_threshold({"policy": "contamination", "share": share})
+    for q in (0, 1, 1.5):
+        with pytest.raises(ValueError, match="q must"):
+            check_threshold({"policy": "quantile", "q": q})
+    with pytest.raises(ValueError, match="no reference"):
+        policy_threshold(np.zeros(0), {"policy": "quantile", "q": 0.5})
+
+
+def test_a_clean_reference_sets_the_threshold(fitted):
+    """``splits["reference"]``: the scorer and the threshold are fitted on those sequences (here
+    the normal dev blocks, as a user who declares a clean window), not on dev."""
+    trainer, y, splits = fitted["trainer"], fitted["y"], fitted["splits"]
+    clean = splits["dev"][y[splits["dev"]] == 0]
+    again = UnlabelledTrainer(trainer.model, trainer.tok, trainer.data, y, {**splits, "reference": clean},
+                              trainer.cfg, fitted["work"] / "clean", {"policy": "quantile", "q": 0.95}, progress=False)
+    again.fit_surprise()  # the same final TVM, another reference
+    out = again.evaluate()
+    assert out["threshold"] == pytest.approx(np.quantile(out["probs"][clean, 1], 0.95))
+    assert set(out["dev"]) >= {"precision", "recall", "f1"} and out["test"]["recall"] >= 0.5
+
+
+def test_bundle_scores_with_the_surprise_alone(fitted, tmp_path, monkeypatch):
+    """Saved like the pipeline saves it, loaded by load_bundle, scored by score_objects from the
+    objects: the trainer's probabilities, and the untrained KA is never run."""
+    import training.scoring as scoring
+
+    trainer, result, splits = fitted["trainer"], fitted["result"], fitted["splits"]
+    meta = {"mode": "unlabelled", "threshold": result["threshold"], "surprise": trainer.surprise.to_dict(),
+            "exclude_keys": [], "event_key": False, "task_name": "anomaly"}
+    directory = save_bundle(fitted["model"], fitted["tok"], meta, tmp_path / "bundle")
+    saved = json.loads((directory / "metadata.json").read_text())["surprise"]
+    assert saved["ka_centre"] is None and saved["stride"] == 8
+    assert not SurpriseScorer.from_dict(saved).uses_ka
+    model, _, loaded_meta = load_bundle(directory)
+    assert isinstance(model, TVMKA) and loaded_meta["mode"] == "unlabelled"
+
+    def no_ka(*args, **kwargs):
+        raise AssertionError("the KA must not score an unlabelled bundle")
+
+    monkeypatch.setattr(scoring, "predict_proba", no_ka)
+    test_ids = [fitted["data"].sequence_ids[i] for i in splits["test"]]
+    objects = fitted["objects"].filter(pl.col("sequence_id").is_in(test_ids))
+    scored = score_objects(directory, objects, progress=False)
+    row = {s: i for i, s in enumerate(fitted["data"].sequence_ids)}
+    expected = result["probs"][[row[s] for s in scored["sequence_id"]], 1]
+    np.testing.assert_allclose(scored["score"].to_numpy(), expected, rtol=1e-6, atol=1e-9)
+    flagged = scored["prediction"].to_numpy() == "Anomaly"
+    np.testing.assert_array_equal(flagged, expected >= result["threshold"])
+
+
+def test_resume_continues_to_the_same_scores(fitted, tmp_path):
+    """Resumed from the checkpoint after pre-training: the same final probabilities."""
+    import torch
+
+    trainer = fitted["trainer"]
+    y = np.full(trainer.data.n_sequences, -1)
+    steps = {**STEPS, "pretrain_steps": 6, "tvm_steps_per_round": 4, "rounds": 1}
+
+    def make(work):
+        torch.manual_seed(3)
+        model = TVMKA(trainer.model.config)
+        return UnlabelledTrainer(model, trainer.tok, trainer.data, y, fitted["splits"], TrainConfig(**steps, seed=3),
+                                 work, {"policy": "quantile", "q": 0.9}, progress=False)
+
+    whole = make(tmp_path / "a").fit()
+    checkpoints = sorted((tmp_path / "a" / "checkpoints").glob("step-*"))
+    assert len(checkpoints) == 2  # after pre-training and after round 1 (the last two are kept)
+    resumed = make(tmp_path / "b")
+    assert resumed.resume(checkpoints[0]) and resumed.phase == 1 and resumed.step == 6
+    again = resumed.fit()
+    np.testing.assert_allclose(again["probs"], whole["probs"], rtol=1e-5, equal_nan=True)
+    assert again["threshold"] == pytest.approx(whole["threshold"], rel=1e-5)
+
+
+def test_trainer_refuses_what_it_cannot_do(fitted, tmp_path):
+    trainer = fitted["trainer"]
+    args = (trainer.model, trainer.tok, trainer.data, fitted["y"], fitted["splits"])
+    with pytest.raises(ValueError, match="policy"):
+        UnlabelledTrainer(*args, TrainConfig(**STEPS), tmp_path, {"policy": "oracle"})
+    with pytest.raises(ValueError, match="normal train sequences"):
+        UnlabelledTrainer(*args, TrainConfig(**STEPS, mlm_sequences="normal"), tmp_path,
+                          {"policy": "quantile", "q": 0.9})
+
+
+def test_count_pca_flags_a_row_outside_the_normal_subspace():
+    """loglizer's PCA: tf-idf + zero-mean, 95 % of the variance, Q-statistic at alpha = 0.001.
+    Normal rows hold events 0 and 1 in equal counts or events 2 and 3 in the ratio 1:2; a row
+    with event 0 alone breaks the first invariant and is flagged, a consistent new row is not."""
+    rng = np.random.default_rng(0)
+    n = 300
+    X = np.zeros((n, 6))
+    a, c = rng.random(n) < 0.5, rng.integers(1, 5, n)
+    X[a, 0] = X[a, 1] = c[a]
+    X[~a, 2], X[~a, 3] = c[~a], 2 * c[~a]
+    X[:, 4] = rng.random(n) < 0.3
+    transform, spe, threshold = pca_detector(X)
+    new = np.zeros((2, 6))
+    new[0, 0] = 4  # event 0 without event 1
+    new[1, 2], new[1, 3] = 3, 6  # a consistent row never seen with these counts
+    flagged = spe(transform(new)) > threshold
+    assert flagged.tolist() == [True, False]
+    assert (spe(transform(X)) > threshold).sum() == 0
+    # the threshold is Jackson-Mudholkar's Q limit on the left-out eigenvalues, c_alpha = 3.2905
+    idf = np.log(n / ((X > 0).sum(0) + 1e-8))
+    Xt = X * idf - (X * idf).mean(0)
+    lam = np.linalg.svd(Xt.T @ Xt / n)[1]
+    k = int(np.argmax(np.cumsum(lam) / lam.sum() >= 0.95)) + 1
+    p1, p2, p3 = ((lam[k:] ** i).sum() for i in (1, 2, 3))
+    h0 = 1 - 2 * p1 * p3 / (3 * p2 ** 2)
+    q = p1 * (3.2905 * np.sqrt(2 * p2 * h0 ** 2) / p1 + 1 + p2 * h0 * (h0 - 1) / p1 ** 2) ** (1 / h0)
+    assert threshold == pytest.approx(q)
+    # everything explained: nothing can leave the subspace
+    assert pca_detector(np.array([[1.0], [2.0], [0.0]]))[2] == float("inf")
+
+
+def test_bench_rows_and_mode_names(tmp_path):
+    """``--modes unlabelled,unlabelled+normal``: one row each, beside count_lr, count_pca (and
+    count_pca+normal for DeepLog's setting) and always_positive; each unlabelled row carries the
+    dev F1 of its policy's grid and the constant it used."""
+    from training.bench_accuracy import SHARE_GRID, _unlabelled_parts, bench_accuracy
+
+    assert _unlabelled_parts("unlabelled") == (False, "")
+    assert _unlabelled_parts("unlabelled+normal+bag") == (True, "bag")
+    assert _unlabelled_parts("interleaved") is None
+    with pytest.raises(ValueError, match="unknown bench mode"):
+        _unlabelled_parts("unlabelled+sometimes")
+    data = require()
+    result, described = bench_accuracy(
+        data, tmp_path, datasets=["hdfs"], modes=["unlabelled", "unlabelled+normal"], size="tiny",
+        limits={"hdfs": 40}, progress=False,
+        config={"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4},
+                "threshold": {"unlabelled": {"policy": "contamination", "share": 0.3}}})
+    rows = result["hdfs"]
+    assert list(rows) == ["unlabelled", "unlabelled+normal", "count_lr", "count_pca", "count_pca+normal",
+                          "always_positive"]
+    for name, row in rows.items():
+        assert {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds", "dev_f1"} <= set(row), name
+    assert rows["unlabelled"]["share"] == 0.3 and rows["unlabelled+normal"]["q"] == 0.99
+    assert all(f"dev_f1_at_share_{s}" in rows["unlabelled"] for s in SHARE_GRID)
+    assert 0 <= rows["unlabelled"]["roc_auc"] <= 1
+    assert described["hdfs"]["thresholds"]["unlabelled"] == {"policy": "contamination", "share": 0.3}
+    assert described["hdfs"]["unlabelled_settings"]["train"]["mlm_mask_unit"] == "value"

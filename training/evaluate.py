@@ -1,0 +1,135 @@
+"""A task's metrics on any labelled data, and its count baseline on the same split.
+
+* :func:`prediction_metrics` -- the metrics of a predictions table (``sequence_id, prediction,
+  score, ...`` from training.scoring.score_objects, joined with ``label``) for the task's kind:
+  binary and anomaly tasks: precision, recall, F1 of the positive class at the model's
+  threshold, micro / macro F1 and the average precision of the score; multiclass: micro and
+  macro F1; next_item: recall@1/5/10 and MRR. Only labelled rows count.
+* :func:`evaluate_task` -- ``seqenc evaluate``: score a task's sequences (a split of a work
+  directory, or every labelled sequence of some ingest dates) with a model (the work
+  directory's bundle, another bundle, or a registry URI) and report those metrics.
+* :func:`count_baseline_metrics` -- logistic regression on count vectors of the task's values
+  (its event key's values for log tasks, every key=value pair otherwise), trained on the same
+  train split and scored on the same test split: the simplest model a user would try, shown
+  beside TVM-KA in the demo summary.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from sklearn.metrics import average_precision_score
+
+from parsers import storage
+from seqenc.catalog import Task, load_catalog
+from training.metrics import ranking_metrics_of_lists, task_metrics
+from training.task_data import read_task, task_objects
+
+log = logging.getLogger(__name__)
+
+
+def prediction_metrics(predictions: pl.DataFrame, task: Task, classes: list[str]) -> dict:
+    """See the module docstring; ``{"labelled": 0}`` when no row has a label."""
+    rows = predictions.filter(pl.col("label").is_not_null())
+    if rows.height == 0:
+        return {"labelled": 0}
+    if task.kind == "next_item":
+        return {**ranking_metrics_of_lists(rows["label"].cast(pl.String).to_list(), rows["top_items"].to_list()),
+                "labelled": rows.height}
+    labels = rows["label"].cast(pl.String).to_list()
+    if task.kind == "anomaly":
+        y = np.array([int(v == task.positive) for v in labels])
+    else:
+        unknown = sorted(set(labels) - set(classes))
+        if unknown:
+            raise ValueError(f"labels {unknown[:5]} are not among the model's classes {classes}; evaluate with a model "
+                             "of this task")
+        y = np.array([classes.index(v) for v in labels])
+    pred = np.array([classes.index(v) for v in rows["prediction"].to_list()])
+    kind = "binary" if task.kind in ("binary", "anomaly") else "multiclass"
+    out = {**task_metrics(y, pred, kind), "labelled": rows.height}
+    if kind == "binary" and len(set(y.tolist())) == 2:
+        out["average_precision"] = float(average_precision_score(y, rows["score"].to_numpy()))
+    return out
+
+
+def evaluate_task(workdir: str | Path, task_name: str, catalog=None, model: str | None = None,
+                  split: str | None = None, dates: list[str] | None = None, tracking_dir: str | None = None,
+                  progress: bool = True) -> dict:
+    """``seqenc evaluate``: the task's metrics on the sequences of ``split`` (train / dev / test
+    of the work directory's last sequences build) or, with ``dates``, on every labelled
+    sequence of those ingest dates (``split`` then narrows them). ``model``: a bundle
+    directory or a registry URI (default: the work directory's bundle of the task)."""
+    from training.registry import is_model_uri, resolve_model
+    from training.scoring import load_bundle, score_objects
+
+    workdir = Path(workdir)
+    seq_dir = workdir / "sequences" / task_name
+    if (seq_dir / "task.json").is_file():
+        _, task, classes = read_task(seq_dir)
+    else:
+        task, classes = load_catalog(catalog).task(task_name), None
+    labels = storage.read_labels(workdir / "data", task.source).unique("sequence_id", keep="last")
+    if labels.height == 0:
+        raise FileNotFoundError(f"source {task.source!r} has no labels under {workdir / 'data'}: nothing to evaluate "
+                                "against; ingest labels with --labels")
+    chosen = labels
+    if split is not None or dates is None:
+        split = split or "test"
+        if not (seq_dir / "splits.parquet").is_file():
+            raise FileNotFoundError(f"{seq_dir} has no splits: train the task in this work directory first, or "
+                                    "give --date to evaluate on every labelled sequence of those days")
+        ids = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("split") == split).select("sequence_id")
+        chosen = chosen.join(ids, on="sequence_id", how="semi")
+    objects = storage.read_objects(workdir / "data", task.source, dates)
+    objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
+    if objects.height == 0:
+        where = " and ".join(w for w in (f"split {split}" if split else "",
+                                         f"ingest dates {', '.join(dates)}" if dates else "") if w)
+        raise ValueError(f"no labelled sequence of source {task.source!r} in {where}; nothing to evaluate (seqenc "
+                         f"tasks --root ... lists what is ingested)")
+    if model is None:
+        model = str(workdir / "models" / task_name / "bundle")
+    track = tracking_dir is not None or is_model_uri(str(model))
+    if track:
+        from training import tracking
+
+        tracking.use_store(tracking_dir or workdir)
+    with tempfile.TemporaryDirectory(prefix="seqenc-evaluate-") as tmp:
+        resolved = resolve_model(str(model), tmp)
+        bundle = load_bundle(resolved.bundle)
+        classes = list(bundle.model.config.class_names or classes or [])
+        predictions = score_objects(bundle, objects, progress=progress)
+    predictions = predictions.join(chosen, on="sequence_id", how="left")
+    return {"task": task_name, "model": str(model), "split": split, "dates": dates,
+            "sequences": predictions.height, "metrics": prediction_metrics(predictions, task, classes)}
+
+
+def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -> dict | None:
+    """The count baseline (module docstring) on the work directory's split of a labelled task;
+    None for an ``anomaly`` task (its unsupervised baseline is the bench's count_pca)."""
+    from training.benchdata import BenchDataset, count_baseline
+
+    seq_dir = Path(workdir) / "sequences" / task_name
+    _, task, classes = read_task(seq_dir)
+    if task.kind == "anomaly":
+        return None
+    split = pl.read_parquet(seq_dir / "splits.parquet")
+    dates = json.loads((seq_dir / "input.json").read_text())["ingest_dates"]
+    objects = task_objects(storage.read_objects(Path(workdir) / "data", task.source, dates), task)
+    objects = objects.join(split.select("sequence_id"), on="sequence_id", how="semi").filter(~pl.col("key").is_in(task.exclude_keys))
+    if task.event_key:
+        counted = objects.filter(pl.col("key") == "event")
+    else:  # every key=value pair is one countable token
+        counted = objects.with_columns((pl.col("key") + "=" + pl.col("value")).alias("value"))
+    counted = counted.with_columns(pl.lit("count").alias("key"))
+    ds = BenchDataset(name=task_name, task=task.kind, class_names=tuple(classes), objects=counted,
+                      labels=split.select("sequence_id", "label"), split=split.select("sequence_id", "split"),
+                      event_key="count", exclude_keys=(), description="count baseline of a task")
+    result = count_baseline(ds, seed)
+    return {k: v for k, v in result.items() if v is not None and k not in ("seconds", "vocab", "n_train", "n_test")}

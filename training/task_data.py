@@ -1,0 +1,196 @@
+"""A declared task's data: which sequences, which labels and classes, which split, which tokens.
+
+The catalogue (seqenc.catalog) says what a task is; this module reads the ingested objects and
+labels of its source and turns them into what training reads, with the checks a user needs
+(labels that match no sequence, one class only, an empty date range), each as one clear error:
+
+* :func:`task_sequences`: the task's sequences, their labels (or none) and classes;
+* :func:`assign_splits`: train / dev / test per sequence (stratified, fixed by id hash, or by time);
+* :func:`vocab_and_windows`: the vocabulary and the tokenised S(k) windows.
+
+Label convention (one place): ``y`` holds class indexes in the order of the task's classes
+(binary: negative, positive; seqenc.catalog.Task.ordered_classes) and ``-1`` for a sequence of
+an unlabelled ``anomaly`` task that has no label (labels only evaluate such a task).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from parsers import storage
+from seqenc.catalog import Task
+from seqenc.config import TVMKAConfig
+from seqenc.numeric import NumericBins
+from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
+from seqenc.tokenizer import ValueTokenizer
+from training.data import fixed_split, split_indices
+
+log = logging.getLogger(__name__)
+
+UNLABELLED = -1
+TIME_SPLIT = (0.7, 0.15, 0.15)  # split = "time": oldest train, then dev, newest test
+
+
+def task_objects(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
+    """The objects as the task's S(k) read them: the event key added (``event_key``), only the
+    ``keep_keys`` when given (the event key stays); ``exclude_keys`` are applied later, by
+    collect_value_sequences."""
+    if task.event_key:
+        objects = with_event_key(objects)
+    if task.keep_keys is not None:
+        keep = set(task.keep_keys) | ({"event"} if task.event_key else set())
+        objects = objects.filter(pl.col("key").is_in(sorted(keep)))
+    return objects
+
+
+def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=None) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """(objects, labels, classes) of a task: ``objects`` of its source under ``root`` (the
+    ingest dates given, or all), restricted to labelled sequences for a labelled task;
+    ``labels`` (``sequence_id, label``, one per sequence; may be empty for ``anomaly``)."""
+    objects = storage.read_objects(root, task.source, ingest_date)
+    if objects.height == 0:
+        dates = "any ingest date" if ingest_date is None else f"ingest dates {ingest_date}"
+        raise FileNotFoundError(f"task {task_name}: no ingested objects of source {task.source!r} under {root} for "
+                                f"{dates}; ingest some first (seqenc ingest ... --source {task.source})")
+    labels = storage.read_labels(root, task.source).unique("sequence_id", keep="last", maintain_order=True)
+    if task.labelled:
+        if labels.height == 0:
+            raise FileNotFoundError(f"task {task_name} ({task.kind}) needs labels, and source {task.source!r} has none "
+                                    f"under {root}; ingest them with --labels, or declare kind = \"anomaly\" to "
+                                    "train without labels")
+        matched = objects.join(labels.select("sequence_id"), on="sequence_id", how="semi")
+        if matched.height == 0:
+            seen = objects["sequence_id"].unique().head(3).to_list()
+            raise ValueError(f"task {task_name}: the labels' ids match no ingested sequence of source {task.source!r} "
+                             f"(labels e.g. {labels['sequence_id'].head(3).to_list()}, sequences e.g. {seen}); "
+                             "check label_id_column and the source's session field")
+        objects = matched
+    present = labels.join(objects.select("sequence_id").unique(), on="sequence_id", how="semi")
+    classes = task.ordered_classes(present["label"].cast(pl.String).to_list()) if task.kind != "next_item" else \
+        next_item_classes(task, objects, present)
+    return objects, present, classes
+
+
+def next_item_classes(task: Task, objects: pl.DataFrame, labels: pl.DataFrame) -> list[str]:
+    """A next_item task's classes: the catalogue, every item seen as a value of ``item_key`` or
+    as a label, sorted (choice: the data defines the catalogue, so a user's item ids need no
+    list; an item first seen tomorrow joins the catalogue of tomorrow's model)."""
+    seen = objects.filter(pl.col("key") == task.item_key)["value"].cast(pl.String)
+    if seen.len() == 0:
+        raise ValueError(f"item_key {task.item_key!r} occurs in no object of source {task.source!r}; name the key "
+                         "whose values are the items (seqenc profile lists the keys)")
+    return sorted(set(seen.to_list()) | set(labels["label"].cast(pl.String).to_list()))
+
+
+def label_vector(sequence_ids: list[str], labels: pl.DataFrame, classes: list[str], task: Task) -> np.ndarray:
+    """Class index per sequence (module docstring). An anomaly task: 1 for its ``positive``
+    label, 0 for any other label, -1 without a label (or without a declared ``positive``:
+    nothing to evaluate against)."""
+    lookup = dict(zip(labels["sequence_id"].to_list(), labels["label"].cast(pl.String).to_list()))
+    if task.kind == "anomaly":
+        if not task.positive:
+            return np.full(len(sequence_ids), UNLABELLED, dtype=np.int64)
+        return np.array([UNLABELLED if s not in lookup else int(lookup[s] == task.positive) for s in sequence_ids],
+                        dtype=np.int64)
+    index = {name: i for i, name in enumerate(classes)}
+    missing = [s for s in sequence_ids if s not in lookup]
+    if missing:
+        raise ValueError(f"{len(missing)} sequences have no label, e.g. {missing[:3]}")
+    return np.array([index[lookup[s]] for s in sequence_ids], dtype=np.int64)
+
+
+def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int, task: Task,
+                  objects: pl.DataFrame | None = None) -> list[str]:
+    """``"train" | "dev" | "test"`` per sequence: ``stratified`` (by label, seeded; next_item
+    and unlabelled sequences form one stratum each), ``fixed`` (by a hash of the id,
+    training.data.fixed_split: the same sequence lands in the same split whatever the data
+    window) or ``time`` (by each sequence's first timestamp, TIME_SPLIT; ``objects`` needed)."""
+    if split == "fixed":
+        return fixed_split(sequence_ids)
+    if split == "time":
+        first = (objects.group_by("sequence_id").agg(pl.col("ts").min().alias("t"), pl.col("step").min().alias("s"))
+                 .filter(pl.col("sequence_id").is_in(sequence_ids)))
+        if first["t"].null_count() == first.height:
+            raise ValueError(f"split = \"time\" needs timestamps, and no object of source {task.source!r} has one; "
+                             "use split = \"fixed\" or \"stratified\"")
+        order = first.sort(["t", "s", "sequence_id"], nulls_last=True)["sequence_id"].to_list()
+        n = len(order)
+        cut_train, cut_dev = int(round(TIME_SPLIT[0] * n)), int(round((TIME_SPLIT[0] + TIME_SPLIT[1]) * n))
+        where = {s: "train" if i < cut_train else "dev" if i < cut_dev else "test" for i, s in enumerate(order)}
+        return [where[s] for s in sequence_ids]
+    strata = np.zeros_like(y) if task.kind == "next_item" else y
+    _, counts = np.unique(strata, return_counts=True)
+    if counts.min() < 3:  # a class too small to put one of each in train, dev and test
+        rare = [c for c, k in zip(*np.unique(strata, return_counts=True)) if k < 3]
+        log.warning("classes %s have fewer than 3 sequences: split without stratification", rare)
+        strata = np.zeros_like(strata)
+    out = np.empty(len(y), dtype=object)
+    for name, idx in split_indices(strata, seed).items():
+        out[idx] = name
+    return out.tolist()
+
+
+def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg: dict,
+                      pretrained: str | None = None) -> tuple[ValueTokenizer, TokenizedSequences]:
+    """A WordPiece vocabulary from the train sequences' keys and values (or the pre-trained
+    checkpoint's) with numeric bins fitted on the train values (seqenc.numeric), and every S(k)
+    tokenised into windows as the model config says."""
+    train_rows = value_seqs.join(pl.DataFrame({"sequence_id": train_ids}), on="sequence_id", how="semi")
+    texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
+    tok = (ValueTokenizer.from_bert(pretrained) if pretrained
+           else ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"]))
+    defaults = TVMKAConfig()  # bins and how a long S(k) is handled follow the model config
+    n_bins = model_cfg.get("numeric_bins", defaults.numeric_bins)
+    if n_bins:
+        tok.with_numeric_bins(NumericBins.fit(train_rows["key"].to_list(), train_rows["values"].to_list(), n_bins))
+        log.info("numeric bins for %d key(s): %s", len(tok.numeric.edges), sorted(tok.numeric.edges))
+    if model_cfg.get("value_links", defaults.value_links):
+        tok.with_value_links()
+    if model_cfg.get("value_repeats", defaults.value_repeats):
+        tok.with_value_repeats()
+    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
+                                    model_cfg.get("long_sequences", defaults.long_sequences),
+                                    model_cfg.get("max_windows", defaults.max_windows))
+    return tok, data
+
+
+def value_sequences(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
+    """S(k) of every sequence of the task's objects (its keys, event key and exclusions)."""
+    return collect_value_sequences(task_objects(objects, task), tuple(task.exclude_keys))
+
+
+def write_task(seq_dir: Path, task_name: str, task: Task, classes: list[str]) -> None:
+    """``task.json``: the task as declared when its sequences were built, with its classes, so
+    that training, scoring and a resumed job read the same task whatever the catalogue says later."""
+    (seq_dir / "task.json").write_text(json.dumps({"name": task_name, "task": task.model_dump(), "classes": classes},
+                                                  indent=2))
+    (seq_dir / "classes.json").write_text(json.dumps(classes))
+
+
+def read_task(seq_dir: str | Path) -> tuple[str, Task, list[str]]:
+    """(name, task, classes) that :func:`write_task` saved."""
+    path = Path(seq_dir) / "task.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{seq_dir} holds no task.json: build the task's sequences first "
+                                "(seqenc train does, or training.pipeline.stage_sequences)")
+    saved = json.loads(path.read_text())
+    return saved["name"], Task.model_validate(saved["task"]), list(saved["classes"])
+
+
+def read_classes(seq_dir: str | Path) -> list[str]:
+    """The classes the sequences stage wrote (``classes.json``)."""
+    return json.loads((Path(seq_dir) / "classes.json").read_text())
+
+
+def sequence_objects(seq_dir: str | Path, data_root: str | Path, source: str) -> pl.DataFrame:
+    """The objects the sequences stage read for ``seq_dir`` (the same ingest dates, from
+    ``input.json``), which the end-to-end modes tokenise themselves: a nightly window's model sees
+    that window's objects only, even where a sequence id recurs on other dates."""
+    path = Path(seq_dir) / "input.json"
+    dates = json.loads(path.read_text())["ingest_dates"] if path.is_file() else None
+    return storage.read_objects(data_root, source, dates)

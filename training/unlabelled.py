@@ -1,0 +1,235 @@
+"""Anomaly detection without labels: the TVM's masked LM alone, scored by its surprise.
+
+A binary task where no label trains anything. The TVM learns the train sequences by masked LM
+(all of them, unlabelled; or those a user marks as normal, as DeepLog and LogBERT train on
+normal logs only -- the caller passes exactly those as ``splits["train"]``), and each sequence
+is scored by how surprising its values are to it (seqenc.surprise: every value masked, its
+negative log-likelihood taken five ways, each (key, statistic) scored by how far it lies into
+the upper tail of the *reference* sequences, the largest of these). The KA exists (the bundle
+is a plain TVMKA, ``task="binary"``) but is never trained and never read: the fitted scorer has
+no KA line (``SurpriseScorer.uses_ka`` False), and training.scoring scores such a bundle with
+the surprise alone.
+
+Threshold policies (``THRESHOLD_POLICIES``), both on the reference sequences' scores:
+
+* ``{"policy": "contamination", "share": s}``, 0 < s <= 0.5 (scikit-learn's convention): the
+  expected share of anomalies among the sequences; the threshold is the (1 - s) quantile of the
+  reference scores, so about s of them are flagged;
+* ``{"policy": "quantile", "q": q}``, 0 < q < 1: the q-quantile of the reference scores -- meant
+  for a clean reference (sequences the user declares normal, e.g. a quiet window), where q
+  says how many of the normal sequences may be flagged (1 - q).
+
+The reference is ``splits["reference"]`` when given, else ``splits["dev"]``: the calibration
+and the threshold are fitted on sequences the masked LM never read (it memorises its train
+sequences, seqenc.surprise), and labels play no part. Labels (``y``: -1 none, 0 normal, 1
+anomaly) only evaluate: dev and test metrics are computed on their labelled rows.
+
+Cost: the surprise masks values, one forward pass per masked copy of a window. ``stride``
+(default ``STRIDE``) masks every s-th value of a window at once (s copies per window instead of
+one per value; seqenc.surprise._masked_copies); only the sequences of the splits that are
+scored (dev, test and the reference; train too with ``score_train``) are computed, the other
+rows of ``probs`` are NaN.
+
+Phases (training.phased, checkpoints and resume as the other trainers): TVM masked-LM
+pre-training, ``rounds`` further TVM phases of ``tvm_steps_per_round`` steps (as many TVM
+steps as an interleaved run makes; no KA steps), then ``final``: statistics, scorer, threshold,
+metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from seqenc.inference import to_model
+from seqenc.model import TVMKA
+from seqenc.sequences import TokenizedSequences
+from seqenc.surprise import STATS, SurpriseScorer, key_surprise
+from seqenc.tokenizer import ValueTokenizer
+from training.data import MLMBatches
+from training.engines import make_engine, shard
+from training.metrics import split_metrics
+from training.phased import PhasedTrainer
+
+log = logging.getLogger(__name__)
+
+THRESHOLD_POLICIES = ("contamination", "quantile")
+STRIDE = 8  # values masked together per copy: every 8th value (about the 15% MLM rate), seqenc.surprise
+RVD_REPLACE_PROB = 0.5  # as training.trainer
+
+
+def check_threshold(threshold: dict) -> dict:
+    """The threshold policy, validated: ``{"policy": "contamination", "share": s}`` with
+    0 < s <= 0.5 or ``{"policy": "quantile", "q": q}`` with 0 < q < 1; a ValueError otherwise."""
+    policy = (threshold or {}).get("policy")
+    if policy not in THRESHOLD_POLICIES:
+        raise ValueError(f"threshold policy {policy!r} is not one of {THRESHOLD_POLICIES}")
+    if policy == "contamination":
+        share = threshold.get("share")
+        if not isinstance(share, int | float) or not 0 < share <= 0.5:
+            raise ValueError(f"contamination share must be a number in (0, 0.5], got {share!r}")
+        return {"policy": policy, "share": float(share)}
+    q = threshold.get("q")
+    if not isinstance(q, int | float) or not 0 < q < 1:
+        raise ValueError(f"quantile q must be a number in (0, 1), got {q!r}")
+    return {"policy": policy, "q": float(q)}
+
+
+def policy_threshold(reference_scores: np.ndarray, threshold: dict) -> float:
+    """The decision threshold (flag ``score >= threshold``) the policy gives on the reference
+    sequences' scores: their (1 - share) or q quantile (numpy's linear interpolation)."""
+    threshold = check_threshold(threshold)
+    q = 1.0 - threshold["share"] if threshold["policy"] == "contamination" else threshold["q"]
+    scores = np.asarray(reference_scores, dtype=np.float64)
+    if len(scores) == 0:
+        raise ValueError("no reference sequences to set the threshold on")
+    return float(np.quantile(scores, q))
+
+
+def labelled_metrics(y: np.ndarray, probs: np.ndarray, idx: np.ndarray, threshold: float) -> dict:
+    """Binary metrics of the labelled rows (y >= 0) among ``idx``; {} when there are none."""
+    idx = np.asarray(idx, dtype=np.int64)
+    idx = idx[y[idx] >= 0]
+    if len(idx) == 0:
+        return {}
+    return split_metrics(y[idx], probs[idx], "binary", threshold)
+
+
+def unlabelled_plan(cfg, batches_per_epoch: int | None = None) -> list[tuple[str, int, int]]:
+    """``(kind, round, steps)``: TVM pre-training, one TVM phase per round, ``final``."""
+    pretrain = cfg.pretrain_steps
+    if cfg.pretrain_epochs and batches_per_epoch:
+        pretrain = math.ceil(cfg.pretrain_epochs * batches_per_epoch)
+    return [("tvm", 0, pretrain)] + [("tvm", r, cfg.tvm_steps_per_round) for r in range(1, cfg.rounds + 1)] + \
+        [("final", cfg.rounds + 1, 0)]
+
+
+class UnlabelledTrainer(PhasedTrainer):
+    """The masked LM on ``splits["train"]``, then surprise scores and a threshold policy (module
+    docstring). ``kwargs``: the hooks of training.phased.PhasedTrainer (log_metrics, progress,
+    run_ids, on_phase_end). After :meth:`fit`, ``surprise`` is the fitted scorer (its
+    ``to_dict()`` goes into the bundle's metadata) and ``history`` the losses."""
+
+    def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
+                 splits: dict[str, np.ndarray], cfg, workdir: str | Path, threshold: dict,
+                 stride: int | None = STRIDE, score_train: bool = False, **kwargs):
+        if model.config.task != "binary":
+            raise ValueError(f"unlabelled anomaly detection is a binary task, not {model.config.task!r}")
+        if cfg.mlm_sequences != "all":
+            raise ValueError("the unlabelled trainer's masked LM reads splits['train'] as given; pass the normal "
+                             "train sequences as 'train' instead of mlm_sequences='normal'")
+        self.threshold_policy = check_threshold(threshold)
+        if len(splits["train"]) == 0:
+            raise ValueError("no train sequences for the masked LM")
+        train = data.subset(np.asarray(splits["train"]))
+        rvd = {}
+        if model.config.replaced_value_detection:
+            rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
+                   "max_len": model.config.max_positions}
+        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed, mask_unit=cfg.mlm_mask_unit, **rvd)
+        super().__init__(model, np.asarray(y, dtype=np.int64), splits, cfg, workdir, "binary",
+                         unlabelled_plan(cfg, mlm.batches_per_epoch), **kwargs)
+        self.tok, self.data, self.mlm = tok, data, mlm
+        self.stride, self.score_train = stride, score_train
+        self.surprise: SurpriseScorer | None = None
+        self.surprise_stats: np.ndarray | None = None  # [n_key_rows, len(STATS)], NaN where not scored
+        n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
+        self.engines = {"tvm": make_engine(model.tvm, cfg.lr_tvm, cfg.weight_decay, cfg.warmup_steps, n_tvm,
+                                           cfg.grad_clip, cfg.deepspeed)}
+
+    @property
+    def reference(self) -> np.ndarray:
+        return np.asarray(self.splits.get("reference", self.splits["dev"]), dtype=np.int64)
+
+    def scored(self) -> np.ndarray:
+        """The sequences whose surprise is computed: dev, test, the reference (and train)."""
+        parts = [self.splits["dev"], self.splits["test"], self.reference]
+        if self.score_train:
+            parts.append(self.splits["train"])
+        return np.unique(np.concatenate([np.asarray(p, dtype=np.int64) for p in parts]))
+
+    # --- phases --------------------------------------------------------------------------------
+    def run_phase(self, kind: str, round_no: int, steps: int) -> dict | None:
+        if kind == "tvm":
+            self.tvm_steps(steps, "TVM pre-training" if round_no == 0 else f"round {round_no} TVM MLM")
+            return None
+        if kind == "final":
+            self.fit_surprise()
+            return self.evaluate()
+        raise ValueError(f"unknown phase {kind!r}")
+
+    def tvm_steps(self, steps: int, name: str) -> None:
+        for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
+            self.model.train()
+            metrics = {}
+            for _ in range(self.cfg.grad_accum):
+                batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
+                losses = self.model.tvm.mlm_loss(*batch)
+                losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
+                                  else (losses,)))
+                self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
+                for metric, loss in losses.items():
+                    metrics[metric] = metrics.get(metric, 0.0) + loss.item() / self.cfg.grad_accum
+            self.update(self.engines["tvm"], metrics)
+
+    def fit_surprise(self) -> None:
+        """Surprise statistics of the scored sequences from the final TVM; the scorer's tail
+        lines fitted on the reference sequences, without a KA line (:meth:`fit_scorer`)."""
+        scored = self.scored()
+        stats = key_surprise(self.model.tvm, self.data.subset(scored), self.tok.mask_id, self.tok.val_sep_id,
+                             self.tok.pad_id, self.tok.marker_kinds, progress=self.progress, stride=self.stride)
+        self.surprise_stats = np.full((len(self.data.keys), len(STATS)), np.nan, dtype=np.float32)
+        offsets = self.data.key_rows_of()
+        rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in scored])
+        self.surprise_stats[rows] = stats
+        self.surprise = self.fit_scorer(self.threshold_policy)
+
+    def fit_scorer(self, threshold: dict) -> SurpriseScorer:
+        """The scorer a policy fits on the computed statistics: under ``contamination`` every
+        tail line is fitted without the top ``share`` of the reference (SurpriseScorer.fit's
+        ``trim``: the anomalies the policy expects there); under ``quantile`` (a clean
+        reference) on all of it."""
+        trim = check_threshold(threshold).get("share", 0.0)
+        return SurpriseScorer.fit(np.nan_to_num(self.surprise_stats), self.data, None, self.reference,
+                                  stride=self.stride, trim=trim)
+
+    def probabilities(self, scorer: SurpriseScorer | None = None) -> np.ndarray:
+        """[n_sequences, 2]: column 1 = sigmoid(surprise score) of ``scorer`` (default the fitted
+        one); NaN rows where not scored."""
+        scorer = scorer or self.surprise
+        if scorer is None:
+            raise RuntimeError("the surprise is fitted in the final phase")
+        probs = scorer.combine(None, np.nan_to_num(self.surprise_stats), self.data)
+        probs[np.setdiff1d(np.arange(self.data.n_sequences), self.scored())] = np.nan
+        return probs
+
+    def rescore(self, threshold: dict) -> tuple[np.ndarray, float]:
+        """(probabilities, threshold) that another policy gives from the same final TVM's
+        statistics (no forward pass): to compare policies on dev (training.bench_accuracy)."""
+        probs = self.probabilities(self.fit_scorer(threshold))
+        return probs, policy_threshold(probs[self.reference, 1], threshold)
+
+    def evaluate(self, threshold: float | None = None) -> dict:
+        """Threshold from the policy on the reference scores (unless given); metrics on the
+        labelled dev and test rows ({} where a split has none)."""
+        probs = self.probabilities()
+        if threshold is None:
+            threshold = policy_threshold(probs[self.reference, 1], self.threshold_policy)
+        out = {"threshold": threshold, "probs": probs, "policy": self.threshold_policy}
+        for split in ("dev", "test"):
+            out[split] = labelled_metrics(self.y, probs, self.splits[split], threshold)
+        return out
+
+    # --- checkpoint contents -------------------------------------------------------------------
+    def rng_sources(self):
+        return {"mlm": self.mlm.generator}, {"mlm": self.mlm.rng}
+
+    def extra_state(self) -> dict:
+        return {"mlm_order": [int(i) for i in self.mlm._order]}
+
+    def load_extra_state(self, state: dict) -> None:
+        self.mlm._order = list(state["mlm_order"])
