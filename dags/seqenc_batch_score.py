@@ -42,14 +42,9 @@ def _catalog() -> str | None:
 
 @task
 def tasks() -> list[str]:
-    from seqenc.catalog import load_catalog
+    from training.tasks import scheduled_tasks
 
-    declared = list(load_catalog(_catalog()).tasks)
-    wanted = get_current_context()["params"].get("tasks") or declared
-    unknown = sorted(set(wanted) - set(declared))
-    if unknown:
-        raise ValueError(f"param tasks names {unknown}, not in the catalogue's {declared}")
-    return [name for name in declared if name in wanted]
+    return scheduled_tasks(_catalog(), get_current_context()["params"].get("tasks"))
 
 
 @task(map_index_template="{{ seqenc_task }}")

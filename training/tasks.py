@@ -62,3 +62,13 @@ def tasks_table(rows: list[dict]) -> str:
                             "from the data" if r["kind"] != "anomaly" else "none needed")
         lines.append(line)
     return "\n".join(lines)
+
+
+def scheduled_tasks(catalog=None, wanted: list[str] | None = None) -> list[str]:
+    """The catalogue's task names, in its order, narrowed to ``wanted`` when given (the DAGs'
+    param ``tasks``); a name the catalogue does not declare is an error."""
+    declared = list(load_catalog(catalog).tasks)
+    unknown = sorted(set(wanted or []) - set(declared))
+    if unknown:
+        raise ValueError(f"tasks {unknown} are not in the catalogue's {declared}")
+    return [name for name in declared if not wanted or name in wanted]

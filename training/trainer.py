@@ -130,15 +130,18 @@ def phase_plan(cfg: TrainConfig, batches_per_epoch: int | None = None) -> list[t
 
 def mlm_rows(y: np.ndarray, train: np.ndarray, which: str, task: str) -> np.ndarray:
     """The train sequences the TVM's masked LM reads: all of them (the paper's Algorithm 1), or
-    with ``which="normal"`` those labelled normal (class 0 of a binary task), as LogBERT and
+    with ``which="normal"`` those of the task's negative class, as LogBERT and
     DeepLog learn normal behaviour only. Then a value that only anomalies show in training -- a
     second size in S(size), a port no normal block uses -- is one the TVM has never been taught
     to expect, and its masked-LM surprise (seqenc.surprise) is large instead of the log of its
-    share of the train data. The KA still trains on every train sequence."""
+    share of the train data. The KA still trains on every train sequence. The negative class is
+    index 0 because a binary task's classes are put in the order (negative, positive) where they
+    are declared (seqenc.catalog.Task.ordered_classes; the benches' datasets likewise), not
+    because of their names."""
     if which == "all":
         return train
     if task != "binary":
-        raise ValueError(f"mlm_sequences={which!r} needs a binary task (class 0 = normal), not {task!r}")
+        raise ValueError(f"mlm_sequences={which!r} needs a binary task (its negative class), not {task!r}")
     normal = train[y[train] == 0]
     if len(normal) == 0:
         raise ValueError("mlm_sequences='normal' but no train sequence is labelled normal")
