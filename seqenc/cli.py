@@ -26,6 +26,8 @@ import logging
 import sys
 from pathlib import Path
 
+from seqenc.cli_args import config_arg
+
 
 def _print_summary(summary: dict) -> None:
     rows = []
@@ -50,20 +52,6 @@ def _print_summary(summary: dict) -> None:
 
     print(f"MLflow runs: {', '.join(summary['run_ids'])}")
     print(f"open the MLflow UI:  {ui_command(summary['mlflow_tracking_uri'])}")
-
-
-def _config_arg(text: str | None) -> dict:
-    """``--config``: inline JSON (starts with ``{``) or the path of a JSON file; None -> {}."""
-    if not text:
-        return {}
-    raw = text if text.lstrip().startswith("{") else Path(text).read_text()
-    try:
-        config = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise SystemExit(f"--config: not valid JSON ({err}): {text[:80]}") from err
-    if not isinstance(config, dict):
-        raise SystemExit(f"--config: expected a JSON object, got {type(config).__name__}")
-    return config
 
 
 def cmd_demo(args) -> int:
@@ -197,7 +185,7 @@ def cmd_train(args) -> int:
     else:
         if not (args.workdir and args.task):
             raise SystemExit("seqenc train: --workdir and --task are required (or --resume JOB_DIR)")
-        config = _config_arg(args.config)
+        config = config_arg(args.config)
         if args.preset:  # under --config
             from seqenc.config import TRAINING_PRESETS
 
@@ -261,30 +249,6 @@ def cmd_ui(args) -> int:
         return 0
 
 
-def cmd_bench_accuracy(args) -> int:
-    from training.bench_accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
-    from training.benchdata import check_split
-
-    limits = dict((k, int(v)) for k, v in (item.split("=") for item in args.limit)) if args.limit else {}
-    workdir = Path(args.workdir or Path(args.json).with_suffix("")).resolve()
-    config = _config_arg(args.config)
-    datasets = args.datasets.split(",")
-    try:  # before any training: e.g. --split by_line with a dataset that has no such split
-        for name in datasets:
-            check_split(name, args.split)
-    except ValueError as err:
-        raise SystemExit(f"seqenc bench accuracy: {err}") from err
-    results, described = bench_accuracy(args.data, workdir, datasets=datasets,
-                                        modes=args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
-                                        config=config, progress=not args.no_progress,
-                                        seeds=[int(x) for x in args.seeds.split(",")] if args.seeds else None,
-                                        split=args.split)
-    paths = write_accuracy_outputs(results, described, args.json)
-    print(accuracy_table(results))
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
-
-
 def cmd_score(args) -> int:
     from training.batch_score import score_partitions
 
@@ -297,68 +261,8 @@ def cmd_score(args) -> int:
     return 0
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x)
-
-
-def cmd_bench_model(args) -> int:
-    from seqenc.bench import ModelBenchSettings, bench_model, table, write_outputs
-
-    settings = ModelBenchSettings(
-        n_objects=_ints(args.n_objects), n_keys=_ints(args.n_keys), models=tuple(args.models.split(",")),
-        d_model=args.d_model, n_layers=args.n_layers, n_heads=args.n_heads, n_shared_heads=args.n_shared_heads,
-        window=args.window, tokens_per_value=args.tokens_per_value, attn_backend=args.attn_backend,
-        threads=args.threads, max_mb=args.max_mb, max_seconds=args.max_seconds, repeat=args.repeat,
-    )
-    result = bench_model(settings, progress=not args.no_progress)
-    paths = write_outputs(result, args.json)
-    print(table(result))
-    print(json.dumps(result["summary"], indent=2))
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
-
-
-def cmd_bench_parse(args) -> int:
-    from parsers.accuracy import bench_parse, parse_table, write_parse_outputs
-
-    result = bench_parse(args.loghub)
-    paths = write_parse_outputs(result, args.json)
-    print(parse_table(result))
-    if result["below_published_drain"]:
-        print("below published Drain GA: " + ", ".join(result["below_published_drain"]))
-    print("wrote " + ", ".join(str(p) for p in paths))
-    return 0
-
-
-def cmd_bench_ingest(args) -> int:
-    from parsers.bench import bench_ingest, ingest_table
-
-    _write_result(bench_ingest(args.lines, seed=args.seed), ingest_table, args.json)
-    return 0
-
-
-def _write_result(result: dict, table, json_path) -> None:
-    """A benchmark's JSON at ``json_path``, its Markdown ``table(result)`` beside it, printed."""
-    out = Path(json_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(table(result) + "\n")
-    print(table(result))
-    print(f"wrote {out}, {out.with_suffix('.md')}")
-
-
-def cmd_bench_score(args) -> int:
-    from training.bench_score import ScoreBenchSettings, bench_score, score_table
-
-    settings = ScoreBenchSettings(sequences=args.sequences, baseline_sequences=args.baseline_sequences,
-                                  threads=args.threads, seed=args.seed)
-    out = Path(args.json)
-    workdir = Path(args.workdir or out.with_suffix("")).resolve()
-    _write_result(bench_score(settings, workdir, progress=not args.no_progress), score_table, out)
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
+    from seqenc.bench_cli import add_bench_parser
     from seqenc.config import TRAINING_MODES, TRAINING_PRESETS
 
     parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
@@ -525,80 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)
 
-    bench = sub.add_parser("bench", help="benchmarks (JSON + Markdown table + plot)")
-    bsub = bench.add_subparsers(dest="bench", required=True)
-    bm = bsub.add_parser("model", help="TVM-KA vs flattened dense BERT (cut at the window as trained, and whole): "
-                         "seconds and peak MB of one pass")
-    bm.add_argument("--json", required=True, help="output JSON (a .md table and a .png plot go beside it)")
-    bm.add_argument("--n-objects", default="50,300,1000,3000", help="comma-separated N")
-    bm.add_argument("--n-keys", default="10,25,100", help="comma-separated K")
-    bm.add_argument("--models", default="tvmka,flattened_truncated,flattened_full",
-                    help="tvmka; flattened_truncated: most recent whole objects within --window tokens, as trained; "
-                    "flattened_full: every object, no cut")
-    bm.add_argument("--d-model", type=int, default=256)
-    bm.add_argument("--n-layers", type=int, default=4)
-    bm.add_argument("--n-heads", type=int, default=8)
-    bm.add_argument("--n-shared-heads", type=int, default=4)
-    bm.add_argument("--window", type=int, default=512,
-                    help="TVM window and flattened_truncated's cut (max positions)")
-    bm.add_argument("--tokens-per-value", type=int, default=3)
-    bm.add_argument("--attn-backend", default="sdpa", choices=["sdpa", "eager"])
-    bm.add_argument("--threads", type=int, default=0, help="torch threads per row (0 = default)")
-    bm.add_argument("--max-mb", type=int, default=8192, help="memory budget per row; above it: oom")
-    bm.add_argument("--max-seconds", type=float, default=300.0, help="time budget per row; above it: over_limit")
-    bm.add_argument("--repeat", type=int, default=3, help="passes per row (up to 60 s); the fastest is reported")
-    bm.add_argument("--no-progress", action="store_true")
-    bm.set_defaults(func=cmd_bench_model)
-    bp = bsub.add_parser("parse", help="Grouping Accuracy on LogHub-style folders, ours next to Drain3 defaults, "
-                         "Drain3 with our masks and thresholds, and ours on the true Content")
-    bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
-    bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
-    bp.set_defaults(func=cmd_bench_parse)
-    ba = bsub.add_parser("accuracy", help="every training mode and a count baseline on four datasets (five on request), same splits")
-    ba.add_argument("--data", required=True, help="the shared data folder (hdfs_deeplog/, loghub/)")
-    ba.add_argument("--json", required=True, help="output JSON (.md table, .png plot, .datasets.json beside it)")
-    ba.add_argument("--datasets", default="hdfs,bgl,milestone,value_anomaly",
-                    help="datasets (next_item too, on request: recall@k on generated purchase histories)")
-    ba.add_argument("--modes", default="interleaved,no_interleave,flattened,record_view",
-                    help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
-                         "surprise too; with interleaved as well, one training gives both rows; and "
-                         "interleaved+rvd: with replaced-value detection; interleaved+bag: the TVM reads S(k) as a bag of "
-                         "values, tvm_positions=within_value); count_lr always runs, and always_positive "
-                         "(every sequence flagged: the floor) on binary datasets")
-    ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
-    ba.add_argument("--limit", action="append", metavar="DATASET=N",
-                    help="dataset size limit (hdfs: lines per file, default all; others: see training.benchdata)")
-    ba.add_argument("--workdir", default=None, help="scratch folder (default: beside --json)")
-    ba.add_argument("--config", default=None, metavar="JSON",
-                    help='overrides for every run, inline JSON or a JSON file: {"model": {TVMKAConfig fields}, '
-                    '"train": {TrainConfig fields}}')
-    ba.add_argument("--seed", type=int, default=0)
-    ba.add_argument("--seeds", default=None, metavar="S1,S2,...",
-                    help="run everything once per seed and report the mean, std and per-seed rows (overrides --seed)")
-    ba.add_argument("--split", default=None, choices=["by_content", "by_line"],
-                    help="hdfs split: by_content (default; each distinct event sequence in one split only) or "
-                         "by_line (the earlier split by line index, for comparison with papers; most test blocks "
-                         "repeat a train block); only hdfs has these: an error with any other dataset")
-    ba.add_argument("--no-progress", action="store_true")
-    ba.set_defaults(func=cmd_bench_accuracy)
-
-    bi = bsub.add_parser("ingest", help="ingest throughput on N generated HDFS-like lines vs a plain Drain3 loop, "
-                         "without and with the ingest's masked-content cache")
-    bi.add_argument("--lines", type=int, default=1_000_000)
-    bi.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
-    bi.add_argument("--seed", type=int, default=0)
-    bi.set_defaults(func=cmd_bench_ingest)
-    bs = bsub.add_parser("score", help="batch-scoring throughput of a d_model-256 4-layer TVM-KA (random init) on "
-                         "generated HDFS blocks vs scoring one sequence at a time")
-    bs.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
-    bs.add_argument("--sequences", type=int, default=1000, help="HDFS blocks generated and batch-scored")
-    bs.add_argument("--baseline-sequences", type=int, default=100,
-                    help="of those, how many the one-at-a-time baseline scores (0: no baseline)")
-    bs.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
-    bs.add_argument("--seed", type=int, default=0)
-    bs.add_argument("--workdir", default=None, help="scratch folder: data, bundle, predictions (default: beside --json)")
-    bs.add_argument("--no-progress", action="store_true")
-    bs.set_defaults(func=cmd_bench_score)
+    add_bench_parser(sub)
     return parser
 
 

@@ -194,15 +194,15 @@ def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
 
 
 def test_config_option_takes_inline_json_or_a_file(tmp_path):
-    from seqenc.cli import _config_arg
+    from seqenc.cli_args import config_arg
 
     overrides = {"model": {"value_links": True}, "train": {"rounds": 2}}
     path = tmp_path / "overrides.json"
     path.write_text(json.dumps(overrides))
-    assert _config_arg(json.dumps(overrides)) == _config_arg(str(path)) == overrides
-    assert _config_arg(None) == {}
+    assert config_arg(json.dumps(overrides)) == config_arg(str(path)) == overrides
+    assert config_arg(None) == {}
     with pytest.raises(SystemExit, match="not valid JSON"):
-        _config_arg('{"model": ')
+        config_arg('{"model": ')
     path.write_text("[1, 2]")
     with pytest.raises(SystemExit, match="expected a JSON object"):
-        _config_arg(str(path))
+        config_arg(str(path))

@@ -1,0 +1,20 @@
+"""Argument helpers shared by the ``seqenc`` commands (seqenc.cli, seqenc.bench_cli)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def config_arg(text: str | None) -> dict:
+    """``--config``: inline JSON (starts with ``{``) or the path of a JSON file; None -> {}."""
+    if not text:
+        return {}
+    raw = text if text.lstrip().startswith("{") else Path(text).read_text()
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"--config: not valid JSON ({err}): {text[:80]}") from err
+    if not isinstance(config, dict):
+        raise SystemExit(f"--config: expected a JSON object, got {type(config).__name__}")
+    return config
