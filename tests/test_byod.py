@@ -145,3 +145,23 @@ def test_ingest_reads_the_files_and_labels_the_catalogue_names(byod, tmp_path):
     assert main(["ingest", "events", "--root", str(root), "--source", "shop", "--catalog", str(catalog)]) == 0
     assert storage.read_objects(root, "shop")["sequence_id"].n_unique() == 160
     assert set(storage.read_labels(root, "shop")["label"].to_list()) == {"fraud", "legit"}
+
+
+def test_a_time_split_trains_on_the_oldest_and_tests_on_the_newest():
+    import datetime as dt
+
+    import numpy as np
+
+    from seqenc.catalog import Task
+    from training.task_data import assign_splits
+
+    task = Task(source="s", kind="multiclass", split="time")
+    ids = [f"s{i}" for i in range(20)]
+    start = dt.datetime(2025, 3, 1)
+    objects = pl.DataFrame({"sequence_id": ids[::-1], "step": list(range(20)),  # stored newest first
+                            "ts": [start + dt.timedelta(hours=19 - i) for i in range(20)]})
+    split = dict(zip(ids, assign_splits(ids, np.zeros(20, dtype=np.int64), "time", 0, task, objects)))
+    assert [split[f"s{i}"] for i in range(20)] == ["train"] * 14 + ["dev"] * 3 + ["test"] * 3
+    no_time = objects.with_columns(pl.lit(None, pl.Datetime("us")).alias("ts"))
+    with pytest.raises(ValueError, match="needs timestamps"):
+        assign_splits(ids, np.zeros(20, dtype=np.int64), "time", 0, task, no_time)
