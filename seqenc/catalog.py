@@ -118,7 +118,7 @@ class Threshold(_Strict):
     window: ``train_on = "normal"``)."""
 
     policy: Literal[THRESHOLD_POLICIES]  # type: ignore[valid-type]
-    share: float | None = Field(default=None, gt=0, lt=0.5)
+    share: float | None = Field(default=None, gt=0, le=0.5)
     q: float | None = Field(default=None, gt=0, lt=1)
 
     @model_validator(mode="after")

@@ -446,18 +446,14 @@ PCA_C_ALPHA = 3.2905  # loglizer's c_alpha for alpha = 0.001 (the standard norma
 
 
 def pca_detector(X_fit: np.ndarray, variance: float = PCA_VARIANCE, c_alpha: float = PCA_C_ALPHA):
-    """loglizer's PCA anomaly detector (Xu et al., SOSP 2009; logpai/loglizer
-    ``preprocessing.FeatureExtractor`` + ``models.PCA``), fitted on the count rows ``X_fit``
-    without labels. Returns ``(transform, spe, threshold)``: ``transform(X)`` applies the fitted
-    tf-idf weights (idf = log(n / (df + 1e-8)), df = rows where the event occurs) and zero-mean
-    centring; ``spe(Xt)`` is the squared prediction error, the squared norm of a transformed row's
-    part outside the normal subspace (the top principal components of X^T X / n explaining
-    ``variance`` of it); ``threshold`` is the Q-statistic limit of Jackson and Mudholkar (1979)
-    at ``c_alpha`` on the residual eigenvalues: with phi_i = sum of lambda_j^i over the left-out
-    components, h0 = 1 - 2 phi_1 phi_3 / (3 phi_2^2), Q = phi_1 (c_alpha sqrt(2 phi_2 h0^2) /
-    phi_1 + 1 + phi_2 h0 (h0 - 1) / phi_1^2)^(1 / h0). A row is anomalous when SPE > Q. When
-    the components explain everything (no residual eigenvalue, phi_1 = 0) the limit is +inf:
-    nothing can leave the subspace (loglizer's formula divides by zero there)."""
+    """loglizer's PCA detector (Xu et al., SOSP 2009; logpai/loglizer FeatureExtractor + PCA),
+    fitted on the count rows ``X_fit`` without labels -> ``(transform, spe, threshold)``:
+    ``transform``: tf-idf (idf = log(n / (df + 1e-8))) then zero-mean, as fitted; ``spe``: the
+    squared norm of a transformed row outside the normal subspace (the top components of
+    X^T X / n explaining ``variance``); ``threshold``: Jackson and Mudholkar's (1979) Q limit on
+    the left-out eigenvalues, phi_i = sum lambda_j^i, h0 = 1 - 2 phi_1 phi_3 / (3 phi_2^2),
+    Q = phi_1 (c_alpha sqrt(2 phi_2 h0^2) / phi_1 + 1 + phi_2 h0 (h0 - 1) / phi_1^2)^(1 / h0);
+    SPE > Q is anomalous. No left-out eigenvalue (phi_1 = 0): +inf, where loglizer divides by 0."""
     n = len(X_fit)
     idf = np.log(n / ((X_fit > 0).sum(0) + 1e-8))
     mean = (X_fit * idf).mean(0)

@@ -14,7 +14,8 @@ Threshold policies (``THRESHOLD_POLICIES``), both on the reference sequences' sc
 
 * ``{"policy": "contamination", "share": s}``, 0 < s <= 0.5 (scikit-learn's convention): the
   expected share of anomalies among the sequences; the threshold is the (1 - s) quantile of the
-  reference scores, so about s of them are flagged;
+  reference scores, so about s of them are flagged, and the scorer's tail lines are fitted
+  without the top s of the reference (SurpriseScorer.fit's ``trim``: those are the anomalies);
 * ``{"policy": "quantile", "q": q}``, 0 < q < 1: the q-quantile of the reference scores -- meant
   for a clean reference (sequences the user declares normal, e.g. a quiet window), where q
   says how many of the normal sequences may be flagged (1 - q).
