@@ -124,10 +124,10 @@ def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int,
         where = {s: "train" if i < cut_train else "dev" if i < cut_dev else "test" for i, s in enumerate(order)}
         return [where[s] for s in sequence_ids]
     strata = np.zeros_like(y) if task.kind == "next_item" else y
-    _, counts = np.unique(strata, return_counts=True)
+    values, counts = np.unique(strata, return_counts=True)
     if counts.min() < 3:  # a class too small to put one of each in train, dev and test
-        rare = [c for c, k in zip(*np.unique(strata, return_counts=True)) if k < 3]
-        log.warning("classes %s have fewer than 3 sequences: split without stratification", rare)
+        log.warning("classes %s have fewer than 3 sequences: split without stratification",
+                    values[counts < 3].tolist())
         strata = np.zeros_like(strata)
     out = np.empty(len(y), dtype=object)
     for name, idx in split_indices(strata, seed).items():

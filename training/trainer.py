@@ -148,7 +148,27 @@ def mlm_rows(y: np.ndarray, train: np.ndarray, which: str, task: str) -> np.ndar
     return normal
 
 
-class InterleavedTrainer(PhasedTrainer):
+class MaskedLMSteps:
+    """The TVM's masked-LM steps of a phased trainer that holds ``mlm`` (training.data.MLMBatches)
+    and a ``"tvm"`` engine: shared by Algorithm 1 (InterleavedTrainer) and the unlabelled
+    anomaly trainer (training.unlabelled)."""
+
+    def tvm_steps(self, steps: int, name: str) -> None:
+        for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
+            self.model.train()
+            metrics = {}
+            for _ in range(self.cfg.grad_accum):
+                batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
+                losses = self.model.tvm.mlm_loss(*batch)
+                losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
+                                  else (losses,)))
+                self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
+                for metric, loss in losses.items():
+                    metrics[metric] = metrics.get(metric, 0.0) + loss.item() / self.cfg.grad_accum
+            self.update(self.engines["tvm"], metrics)
+
+
+class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
     """Runs Algorithm 1 (or no_interleave) on one task; ``workdir`` holds the KR caches."""
 
     def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
@@ -202,20 +222,6 @@ class InterleavedTrainer(PhasedTrainer):
                 self.fit_surprise()
             return self.evaluate()
         return None
-
-    def tvm_steps(self, steps: int, name: str) -> None:
-        for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
-            self.model.train()
-            metrics = {}
-            for _ in range(self.cfg.grad_accum):
-                batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
-                losses = self.model.tvm.mlm_loss(*batch)
-                losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
-                                  else (losses,)))
-                self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
-                for metric, loss in losses.items():
-                    metrics[metric] = metrics.get(metric, 0.0) + loss.item() / self.cfg.grad_accum
-            self.update(self.engines["tvm"], metrics)
 
     def refresh_cache(self, version: int) -> None:
         """KR(k) of every key of every sequence, with the TVM in eval mode, via disk."""

@@ -44,23 +44,21 @@ import math
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
 
-from seqenc.inference import to_model
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import STATS, SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
 from training.data import MLMBatches
-from training.engines import make_engine, shard
+from training.engines import make_engine
 from training.metrics import split_metrics
 from training.phased import PhasedTrainer
+from training.trainer import RVD_REPLACE_PROB, MaskedLMSteps
 
 log = logging.getLogger(__name__)
 
 THRESHOLD_POLICIES = ("contamination", "quantile")
 STRIDE = 8  # values masked together per copy: every 8th value (about the 15% MLM rate), seqenc.surprise
-RVD_REPLACE_PROB = 0.5  # as training.trainer
 
 
 def check_threshold(threshold: dict) -> dict:
@@ -109,7 +107,7 @@ def unlabelled_plan(cfg, batches_per_epoch: int | None = None) -> list[tuple[str
         [("final", cfg.rounds + 1, 0)]
 
 
-class UnlabelledTrainer(PhasedTrainer):
+class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
     """The masked LM on ``splits["train"]``, then surprise scores and a threshold policy (module
     docstring). ``kwargs``: the hooks of training.phased.PhasedTrainer (log_metrics, progress,
     run_ids, on_phase_end). After :meth:`fit`, ``surprise`` is the fitted scorer (its
@@ -162,20 +160,6 @@ class UnlabelledTrainer(PhasedTrainer):
             self.fit_surprise()
             return self.evaluate()
         raise ValueError(f"unknown phase {kind!r}")
-
-    def tvm_steps(self, steps: int, name: str) -> None:
-        for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
-            self.model.train()
-            metrics = {}
-            for _ in range(self.cfg.grad_accum):
-                batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
-                losses = self.model.tvm.mlm_loss(*batch)
-                losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
-                                  else (losses,)))
-                self.engines["tvm"].backward(sum(losses.values()) / self.cfg.grad_accum)
-                for metric, loss in losses.items():
-                    metrics[metric] = metrics.get(metric, 0.0) + loss.item() / self.cfg.grad_accum
-            self.update(self.engines["tvm"], metrics)
 
     def fit_surprise(self) -> None:
         """Surprise statistics of the scored sequences from the final TVM; the scorer's tail
