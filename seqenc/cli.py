@@ -37,9 +37,13 @@ def _print_summary(summary: dict) -> None:
         if baseline:  # the simplest model on the same split: what TVM-KA adds
             shown = {k: v for k, v in baseline.items() if k in metrics and isinstance(v, int | float)}
             rows.append(("", "counts LR", "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
+        history = (summary.get("history_baselines") or {}).get(task)
+        if history:  # next_item: the sequence's own items, most frequent first
+            shown = {k: v for k, v in history.items() if k in metrics and isinstance(v, int | float)}
+            rows.append(("", "own items", "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
     width = max(len(t) for t, _, _ in rows)
     print("\nseqenc demo — test-split metrics (TVM-KA, interleaved training; counts LR: logistic regression on "
-          "value counts, same split)")
+          "value counts, same split; own items: a sequence's items, most frequent first)")
     print("-" * 96)
     for task, model, text in rows:
         print(f"{task:<{width}}  {model:<9}  {text}")

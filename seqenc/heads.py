@@ -12,12 +12,33 @@
   :meth:`NextItemHead.init_items` can seed them, e.g. with the mean TVM embedding of each item
   name's tokens.
 
+  With ``config.item_history`` (next_item tasks by default) the head is a mixture of two
+  distributions, as RepeatNet's (Ren et al. 2019) repeat and explore modes:
+
+      P(i) = P(repeat) * softmax_{j held}(w . f_j)_i  +  P(explore) * softmax_j(q . e_j + b_j)_i
+
+  where f_i are the :data:`HISTORY_FEATURES` of item i in the sequence's own history
+  (seqenc.sequences.item_histories: log(1 + times it occurs among the item key's values), how
+  recently it last occurred (1 = the last value), and log(1 + times it directly followed the
+  sequence's last item: a personal first-order transition, as FPMC's), the repeat softmax runs
+  over the items the sequence holds only, w are three learned weights, and P(repeat) =
+  sigmoid(g . h + g0) is read from the KA's embedding (a sequence that holds no item explores).
+  Why: in purchase, click or job histories most next items are items the sequence already holds,
+  and a head that must rediscover every item's identity from the KA's embedding learns it from a
+  few examples per item at best. Measured (next_item bench, demo size, seed 0, dev): the plain
+  head's scores ranked the next item at recall@10 0.07 (chance 0.05) while ranking each user's
+  own items by count alone gives 0.93; a head that *adds* w . f_i to q . e_i let that noise
+  reorder the held items (0.70). In the mixture the explore scores only move probability onto
+  items beyond the history. The forward pass returns log P(i) (the "logits" of the loss and of
+  top-k). w starts at (3, 0, 0): the first repeat ranking is by count.
+
 :func:`make_head` picks the head from ``config.task``.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from seqenc.config import TVMKAConfig
@@ -35,6 +56,13 @@ class ClassificationHead(nn.Module):
         return self.out(self.dropout(torch.tanh(self.dense(h))))
 
 
+HISTORY_FEATURES = ("log_count", "recency", "after_last")  # per item, seqenc.sequences.item_histories
+# w is learned as w / 10: an optimiser step moves a parameter by about its learning rate, and the
+# KA's (5e-4, a few thousand steps) would leave w near its start (a learning-rate multiplier of 10)
+HISTORY_WEIGHT_SCALE = 10.0
+NOT_HELD = -1e4  # the repeat score of an item the sequence does not hold (finite: fp16-safe)
+
+
 class NextItemHead(nn.Module):
     def __init__(self, config: TVMKAConfig):
         super().__init__()
@@ -43,19 +71,41 @@ class NextItemHead(nn.Module):
         self.dropout = nn.Dropout(config.dropout)
         self.items = nn.Embedding(config.n_items, config.d_model)
         self.item_bias = nn.Parameter(torch.zeros(config.n_items))
+        self.history_weight = self.repeat_gate = None
+        if config.item_history:  # the repeat mode of the module docstring
+            start = torch.zeros(len(HISTORY_FEATURES))
+            start[0] = 3.0
+            self.history_weight = nn.Parameter(start / HISTORY_WEIGHT_SCALE)
+            self.repeat_gate = nn.Linear(config.d_model, 1)
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        # h: [B, d_model] -> [B, n_items] scores (logits of a softmax over the catalogue)
+    def forward(self, h: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
+        # h: [B, d_model], history: [B, n_items, len(HISTORY_FEATURES)] -> [B, n_items] scores
+        # (logits of a softmax over the catalogue; with the item history, log-probabilities)
         q = self.dropout(self.norm(self.query(h)))
-        return q @ self.items.weight.T + self.item_bias
+        explore = q @ self.items.weight.T + self.item_bias
+        if self.history_weight is None:
+            return explore
+        if history is None:
+            raise ValueError("this next-item head reads the item history (config.item_history): pass the "
+                             "[B, n_items, 3] features of seqenc.sequences.TokenizedSequences.history_features")
+        history = history.to(explore.dtype)
+        held = history[..., 0] > 0  # [B, n_items]: log(1 + count) > 0
+        any_held = held.any(-1, keepdim=True)  # [B, 1]
+        w = (self.history_weight * HISTORY_WEIGHT_SCALE).to(explore.dtype)
+        repeat = (history @ w).masked_fill(~held, NOT_HELD).log_softmax(-1)
+        gate = self.repeat_gate(h).to(explore.dtype)  # [B, 1]: logit of P(repeat)
+        log_repeat = torch.where(any_held, repeat + F.logsigmoid(gate), torch.full_like(repeat, NOT_HELD))
+        log_explore = explore.log_softmax(-1) + torch.where(any_held, F.logsigmoid(-gate), torch.zeros_like(gate))
+        return torch.logaddexp(log_repeat, log_explore)
 
     @torch.no_grad()
-    def top_k(self, h: torch.Tensor, k: int, exclude: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def top_k(self, h: torch.Tensor, k: int, exclude: torch.Tensor | None = None,
+              history: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The k best items per row: (scores [B, k], item ids [B, k]), best first.
 
         ``exclude`` ([B, n_items] bool) removes items from the ranking, e.g. already seen ones.
         """
-        scores = self(h)
+        scores = self(h, history)
         if exclude is not None:
             scores = scores.masked_fill(exclude, float("-inf"))
         return scores.topk(min(k, scores.size(-1)), dim=-1)

@@ -127,7 +127,8 @@ def ka_probabilities(
     for start in range(0, data.n_sequences, batch_size):
         idx = np.arange(start, min(start + batch_size, data.n_sequences))
         reprs, mask = gather_keys(kr, offsets, idx)
-        probs.append(ka(*to_model((reprs, mask), ka)).float().softmax(-1).cpu())
+        history = data.history_features(idx, ka.config.n_items) if ka.uses_history else None
+        probs.append(ka(*to_model((reprs, mask, history), ka)).float().softmax(-1).cpu())
     ka.train(was_training)
     return torch.cat(probs).numpy() if probs else np.zeros((0, ka.config.n_classes))
 

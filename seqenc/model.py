@@ -227,15 +227,24 @@ class KeyAggregator(nn.Module):
         self.kr_mean.copy_(kr.mean(0))
         self.kr_std.copy_(kr.std(0).clamp(min=1e-6))
 
-    def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encode(key_reprs, key_mask))  # [B, n_outputs] logits / item scores
+    @property
+    def uses_history(self) -> bool:
+        """Whether the head reads the item history (``config.item_history``, seqenc.heads)."""
+        return self.config.item_history
+
+    def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor,
+                history: torch.Tensor | None = None) -> torch.Tensor:
+        # -> [B, n_outputs] logits / item scores; history: [B, n_items, 2] where uses_history
+        h = self.encode(key_reprs, key_mask)
+        return self.head(h, history) if self.config.task == "next_item" else self.head(h)
 
     @torch.no_grad()
-    def top_k(self, key_reprs: torch.Tensor, key_mask: torch.Tensor, k: int = 10):
+    def top_k(self, key_reprs: torch.Tensor, key_mask: torch.Tensor, k: int = 10,
+              history: torch.Tensor | None = None):
         """Next-item retrieval: (scores [B, k], item ids [B, k]) of the best catalogue items."""
         if self.config.task != "next_item":
             raise ValueError(f"top_k needs task='next_item', this KA does {self.config.task!r}")
-        return self.head.top_k(self.encode(key_reprs, key_mask), k)
+        return self.head.top_k(self.encode(key_reprs, key_mask), k, history=history)
 
 
 

@@ -5,6 +5,12 @@ in step order form V(k), and
 
     S(k) = [CLS] k [VAL_SEP] v1 [VAL_SEP] v2 [VAL_SEP] ... v_n
 
+With value ends (``TVMKAConfig.value_end``, a tokenizer setting as value links) S(k) closes with
+one more value, ``[VAL_SEP] [END]``. The paper's S(k) has no end: a sequence cut short (an HDFS
+block whose events stop after ``E22 E5``) is then a plausible prefix of a normal one, and nothing
+in it is surprising to the masked LM; with the end, "no more values after these two" is a
+prediction the masked LM makes and can find surprising (seqenc.surprise).
+
 An S(k) longer than the TVM window (``max_positions`` tokens) is handled by ``mode``:
 
 * ``"window"`` (default, nothing is lost): S(k) is cut into windows, each starting with the same
@@ -22,12 +28,14 @@ The key's own tokens are capped at a quarter of the window so that values always
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import torch
 
 from seqenc.links import repeat_flags, value_link_flags
 from seqenc.tokenizer import ValueTokenizer
@@ -115,6 +123,9 @@ class TokenizedSequences:
     window_key: np.ndarray  # [n_windows] int64, index into keys
     dropped_values: int = 0
     stats: dict = field(default_factory=dict)
+    # next_item with item history (seqenc.heads): per sequence {item index: its features}, from
+    # :func:`item_histories`; None where the model does not read it
+    item_history: list[dict[int, tuple[float, ...]]] | None = None
 
     @property
     def n_sequences(self) -> int:
@@ -139,7 +150,20 @@ class TokenizedSequences:
             key_seq=np.array([seq_pos[int(self.key_seq[r])] for r in key_rows], dtype=np.int64),
             windows=[self.windows[w] for w in keep_windows],
             window_key=np.array([new_key_index[int(self.window_key[w])] for w in keep_windows], dtype=np.int64),
+            item_history=None if self.item_history is None else [self.item_history[i] for i in sequence_index],
         )
+
+    def history_features(self, sequence_index: np.ndarray, n_items: int) -> torch.Tensor:
+        """[B, n_items, 3] float32: the item-history features (seqenc.heads.HISTORY_FEATURES) of
+        some sequences, zero for an item a sequence never holds."""
+        if self.item_history is None:
+            raise ValueError("these sequences carry no item history: build it with seqenc.sequences.item_histories "
+                             "(the model was trained with item_history)")
+        out = torch.zeros(len(sequence_index), n_items, 3)
+        for b, i in enumerate(sequence_index):
+            for item, features in self.item_history[int(i)].items():
+                out[b, item] = torch.tensor(features)
+        return out
 
     # --- Parquet, one row per window -------------------------------------------------------------
     def write_parquet(self, path) -> None:
@@ -194,6 +218,36 @@ def collect_value_sequences(objects: pl.DataFrame, exclude_keys: tuple[str, ...]
     )
 
 
+def item_histories(value_sequences: pl.DataFrame, sequence_ids: list[str], item_key: str,
+                   items: list[str]) -> list[dict[int, tuple[float, float, float]]]:
+    """Per sequence of ``sequence_ids`` (rows of :func:`collect_value_sequences`): for every
+    catalogue item among its values of ``item_key`` the features of seqenc.heads.HISTORY_FEATURES,
+    ``(log(1 + count), recency, log(1 + after_last))``: recency ``(p + 1) / n`` for its last
+    occurrence at p of n values (1.0: the latest value), after_last how often it came directly
+    after an occurrence of the sequence's last value. Values that are no catalogue item are left
+    out; a sequence without the key gets {}."""
+    index = {item: i for i, item in enumerate(items)}
+    rows = value_sequences.filter(pl.col("key") == item_key)
+    values_of = dict(zip(rows["sequence_id"].to_list(), rows["values"].to_list()))
+    out = []
+    for seq in sequence_ids:
+        values = values_of.get(seq) or []
+        counts: dict[int, int] = {}
+        last: dict[int, int] = {}
+        after_last: dict[int, int] = {}
+        for p, v in enumerate(values):
+            i = index.get(v)
+            if i is None:
+                continue
+            counts[i] = counts.get(i, 0) + 1
+            last[i] = p
+            if p and values[p - 1] == values[-1]:
+                after_last[i] = after_last.get(i, 0) + 1
+        out.append({i: (math.log1p(c), (last[i] + 1) / len(values), math.log1p(after_last.get(i, 0)))
+                    for i, c in counts.items()})
+    return out
+
+
 def tokenize_value_sequences(
     value_sequences: pl.DataFrame,
     tokenizer: ValueTokenizer,
@@ -220,10 +274,11 @@ def tokenize_value_sequences(
             sequence_ids.append(seq)
         key_seq.append(len(sequence_ids) - 1)
         seen = repeat_flags(values) if tokenizer.value_repeats else None
-        w, d = value_sequence_windows(
-            key_tokens[key], tokenizer.encode_values(key, values, linked, seen), tokenizer.cls_id, tokenizer.val_sep_id,
-            max_len, mode, max_windows,
-        )
+        values_ids = tokenizer.encode_values(key, values, linked, seen)
+        if tokenizer.value_end:
+            values_ids.append([tokenizer.end_id])
+        w, d = value_sequence_windows(key_tokens[key], values_ids, tokenizer.cls_id, tokenizer.val_sep_id,
+                                      max_len, mode, max_windows)
         windows.extend(w)
         window_key.extend([row] * len(w))
         dropped += d

@@ -48,6 +48,7 @@ from seqenc.numeric import NumericBins
 
 PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[VAL_SEP]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK, VAL_SEP]
+END = "[END]"  # the last value of every S(k) with value ends on (TVMKAConfig.value_end)
 NUMERIC_BINS_FILE = "numeric_bins.json"  # beside tokenizer.json
 
 
@@ -69,6 +70,7 @@ class ValueTokenizer:
         # marker pairs (seqenc.links): present in a saved vocabulary -> marking is on
         self._link_ids = self._marker_pair(LINK_TOKENS)
         self._repeat_ids = self._marker_pair(REPEAT_TOKENS)
+        self.end_id: int | None = tokenizer.token_to_id(END)
 
     def _marker_pair(self, tokens: tuple[str, str], add: bool = False) -> tuple[int, int] | None:
         """The ids of a marker pair, added to the vocabulary first with ``add``; None if absent.
@@ -108,6 +110,18 @@ class ValueTokenizer:
     def value_repeats(self) -> bool:
         """Whether this tokenizer marks values as seen before in S(k) / new (seqenc.links)."""
         return self._repeat_ids is not None
+
+    def with_value_end(self) -> ValueTokenizer:
+        """Add ``[END]``, the value that closes every S(k) (TVMKAConfig.value_end), unsplittable
+        and maskable like the markers; :attr:`value_end` is then True. Returns self."""
+        self.tokenizer.add_special_tokens([END])
+        self.end_id = self.tokenizer.token_to_id(END)
+        return self
+
+    @property
+    def value_end(self) -> bool:
+        """Whether every S(k) this tokenizer builds ends with the value ``[END]``."""
+        return self.end_id is not None
 
     @property
     def marker_kinds(self) -> dict[str, frozenset[int]]:

@@ -13,13 +13,12 @@ from parsers.presets import resolve
 from parsers.storage import OBJECTS_SCHEMA, polars_schema
 from parsers.synthetic import FULL_BLOCK
 from parsers.value_anomaly import VALUE_ANOMALY_KINDS, generate_value_anomaly_logs
+from training.bench_baselines import always_positive, count_baseline
 from training.bench_hdfs import content_split
 from training.benchdata import (
     BINARY,
     DATASETS,
     BenchDataset,
-    always_positive,
-    count_baseline,
     duplicates_across_splits,
     load_dataset,
     sequence_contents,

@@ -14,6 +14,7 @@ from byod_data import STAGES, catalogue_text, write_orders, write_vault_logs
 from parsers import storage
 from seqenc.catalog import CatalogError, load_catalog
 from seqenc.cli import main
+from seqenc.tokenizer import ValueTokenizer
 
 
 def _json(capsys) -> dict:
@@ -109,6 +110,12 @@ def test_an_unlabelled_anomaly_task_finds_the_breaches(byod, capsys):
     metrics = _json(capsys)["metrics"]
     share = stats["class_counts"]["breach"] / 120
     assert metrics["labelled"] == 120 and metrics["average_precision"] > 2 * share
+    # an anomaly task's S(k) end with [END] (seqenc.config.TASK_MODEL_DEFAULTS), in training and in
+    # the saved model that scoring rebuilds them with
+    assert ValueTokenizer.from_file(work / "sequences" / "vault_watch" / "tokenizer.json").value_end
+    bundle = work / "models" / "vault_watch" / "bundle"
+    assert ValueTokenizer.from_file(bundle / "tokenizer.json").value_end
+    assert json.loads((bundle / "config.json").read_text())["value_end"] is True
 
 
 CASES = {

@@ -12,7 +12,8 @@ from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
 from seqenc.tokenizer import ValueTokenizer
-from training.benchdata import count_baseline, load_dataset
+from training.bench_baselines import count_baseline
+from training.benchdata import load_dataset
 from training.data import split_indices
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.metrics import headline, ranking_metrics, split_metrics
@@ -113,3 +114,80 @@ def test_ranking_metrics_of_ranked_lists():
     # ranks: 1, 3, beyond the list, 3
     assert m == pytest.approx({"recall_at_1": 0.25, "recall_at_2": 0.25, "recall_at_3": 0.75,
                                "mrr_at_3": (1 + 1 / 3 + 0 + 1 / 3) / 4})
+
+
+def test_item_histories_count_recency_and_transitions_of_catalogue_items():
+    from seqenc.sequences import item_histories
+
+    vs = pl.DataFrame({"sequence_id": ["a", "a", "b"], "key": ["item", "qty", "qty"],
+                       "values": [["P1", "P2", "P1", "X", "P2", "P1"], ["1"] * 6, ["3"]]})
+    a, b, c = item_histories(vs, ["a", "b", "c"], "item", ["P0", "P1", "P2"])
+    # P1 3 times, last at 6 of 6; P2 twice, last at 5 of 6 and once right after a P1 (the last
+    # value); X is no catalogue item; P0 never
+    assert set(a) == {1, 2}
+    assert a[1] == pytest.approx((np.log(4), 1.0, 0.0)) and a[2] == pytest.approx((np.log(3), 5 / 6, np.log(2)))
+    assert b == {} and c == {}  # no item key / no sequence of that id
+
+
+def test_next_item_head_mixes_a_repeat_and_an_explore_distribution(tmp_path):
+    from seqenc.sequences import TokenizedSequences
+
+    config = TVMKAConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, n_shared_heads=1, d_ff=32,
+                         max_positions=16, task="next_item", n_items=5, item_history=True)
+    model = TVMKA(config).eval()
+    data = TokenizedSequences(["s0", "s1"], ["k", "k"], np.array([0, 1]), [[2, 7, 5, 8], [2, 7, 5, 9]],
+                              np.array([0, 1]), item_history=[{3: (np.log(4), 1.0, 0.0), 1: (np.log(2), 0.5, 0.0)},
+                                                              {}])
+    history = data.history_features(np.array([0, 1]), 5)
+    assert history.shape == (2, 5, 3) and history[0, 3].tolist() == pytest.approx([np.log(4), 1.0, 0.0])
+    assert history[1].abs().sum() == 0
+    reprs, mask = torch.randn(2, 1, 16), torch.ones(2, 1, dtype=torch.bool)
+    head = model.ka.head
+    with torch.no_grad():
+        log_p = model.ka(reprs, mask, history)
+        h = model.ka.encode(reprs, mask)
+        explore = (head.norm(head.query(h)) @ head.items.weight.T + head.item_bias).softmax(-1)
+        p_repeat = torch.sigmoid(head.repeat_gate(h))
+    assert torch.allclose(log_p.exp().sum(-1), torch.ones(2), atol=1e-5)  # a distribution over the catalogue
+    # s0 holds items 3 (3 times) and 1 (once): the repeat mode ranks them by count, w = (3, 0, 0)
+    repeat = torch.zeros(5)
+    repeat[[3, 1]] = torch.tensor([3 * np.log(4), 3 * np.log(2)]).float().softmax(-1)
+    expected = p_repeat[0] * repeat + (1 - p_repeat[0]) * explore[0]
+    assert torch.allclose(log_p[0].exp(), expected, atol=1e-5)
+    assert torch.allclose(log_p[1].exp(), explore[1], atol=1e-5)  # nothing held: explore only
+    with pytest.raises(ValueError, match="item history"):
+        model.ka(reprs, mask)
+    with pytest.raises(ValueError, match="no item history"):
+        TokenizedSequences(["s"], ["k"], np.array([0]), [[2]], np.array([0])).history_features(np.array([0]), 5)
+    assert data.subset(np.array([1, 0])).item_history == [{}, data.item_history[0]]
+    model.save_pretrained(tmp_path / "m")  # the weights and the setting survive a save
+    back = TVMKA.from_pretrained(tmp_path / "m").eval()
+    assert back.config.item_history and torch.equal(back.ka.head.history_weight, head.history_weight)
+    with pytest.raises(ValueError, match="next_item"):
+        TVMKAConfig(task="binary", item_history=True)
+
+
+def test_item_history_lets_the_ka_rank_a_sequences_own_items_from_few_examples(tmp_path):
+    """The favourite-item task with 60 sequences (one per item, 3 each): too few for the plain
+    head to learn 20 item identities, enough for the history weights."""
+    objects, labels = favourite_item_objects(n=60, seed=1)
+    vs = collect_value_sequences(objects)
+    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=200,
+                               min_frequency=1)
+    data = tokenize_value_sequences(vs, tok, max_len=32)
+    y = np.array([labels[int(s[1:])] for s in data.sequence_ids])
+    from seqenc.sequences import item_histories
+
+    data.item_history = item_histories(vs, data.sequence_ids, "item", [f"item{i}" for i in range(20)])
+    recall = {}
+    for on in (False, True):
+        torch.manual_seed(0)
+        config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2,
+                             d_ff=64, max_positions=32, dropout=0.0, attn_dropout=0.0, task="next_item", n_items=20,
+                             item_history=on)
+        cfg = TrainConfig(pretrain_steps=10, rounds=2, tvm_steps_per_round=5, tvm_ka_ratio=0.1, batch_tokens=2048,
+                          ka_batch_size=16, lr_ka=3e-3, warmup_steps=2, seed=0)
+        splits = split_indices(np.zeros(len(y), dtype=int), 0)
+        trainer = InterleavedTrainer(TVMKA(config), tok, data, y, splits, cfg, tmp_path / str(on), progress=False)
+        recall[on] = trainer.fit()["test"]["recall_at_1"]
+    assert recall[True] >= 0.75 and recall[True] >= recall[False] + 0.2, recall

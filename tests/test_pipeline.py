@@ -34,6 +34,12 @@ def test_summary_has_the_documented_fields(demo):
     assert set(summary["metrics"]["anomaly"]) == {"precision", "recall", "f1", "macro_f1", "micro_f1"}
     assert set(summary["metrics"]["milestone"]) == {"micro_f1", "macro_f1"}
     assert set(summary["metrics"]["next_item"]) == {"recall_at_1", "recall_at_5", "recall_at_10", "mrr"}
+    # next_item: beside counts LR, the ranking of each user's own items; the head reads that history
+    assert set(summary["history_baselines"]) == {"next_item"}
+    assert set(summary["history_baselines"]["next_item"]) == {"recall_at_1", "recall_at_5", "recall_at_10", "mrr",
+                                                              "dev_recall_at_10"}
+    config = json.loads((out / "models" / "next_item" / "bundle" / "config.json").read_text())
+    assert config["item_history"] is True and config["value_end"] is False  # TASK_MODEL_DEFAULTS
     for values in summary["metrics"].values():
         assert all(0.0 <= v <= 1.0 for v in values.values())
     assert summary["mlflow_tracking_uri"] == f"sqlite:///{out / 'mlflow.db'}"

@@ -140,3 +140,31 @@ def test_trained_vocabulary_is_the_same_in_every_process(tmp_path):
     assert outs[0] == outs[1] == outs[2]
     tok = ValueTokenizer.from_file(tmp_path / "tok0.json")
     assert tok.vocab_size == 1024 and tok.tokenizer.token_to_id("[VAL_SEP]") is not None
+
+
+def test_value_end_closes_every_s_k_and_survives_a_save(tmp_path):
+    vs = collect_value_sequences(objects_frame())
+    tok = ValueTokenizer.train(["size", "ip", "10", "20", "30", "40", "50", "1.2.3.4"], vocab_size=100, min_frequency=1)
+    assert not tok.value_end
+    tok.with_value_end()
+    assert tok.value_end and tok.end_id not in tok.special_ids  # masked and predicted like a value
+    data = tokenize_value_sequences(vs, tok, max_len=16)
+    assert [tok.decode(w) for w in data.windows] == [
+        "[CLS] ip [VAL_SEP] 1. 2. 3. 4 [VAL_SEP] [END]",
+        "[CLS] size [VAL_SEP] 30 [VAL_SEP] 20 [VAL_SEP] 50 [VAL_SEP] [END]",
+        "[CLS] size [VAL_SEP] 10 [VAL_SEP] 40 [VAL_SEP] [END]",
+    ]
+    assert data.stats["values"] == 6 and data.dropped_values == 0  # the end is not a value of V(k)
+    truncated = tokenize_value_sequences(vs, tok, max_len=6, mode="truncate")
+    assert tok.decode(truncated.windows[1]) == "[CLS] size [VAL_SEP] 50 [VAL_SEP] [END]"  # the end is kept
+    tok.save(tmp_path / "tokenizer.json")
+    back = ValueTokenizer.from_file(tmp_path / "tokenizer.json")
+    assert back.value_end and back.end_id == tok.end_id  # scoring rebuilds S(k) the same way
+    assert tokenize_value_sequences(vs, back, max_len=16).windows == data.windows
+    plain = ValueTokenizer.train(["size", "10"], vocab_size=100, min_frequency=1)
+    assert not ValueTokenizer.from_file(_saved(plain, tmp_path / "plain.json")).value_end
+
+
+def _saved(tok: ValueTokenizer, path) -> str:
+    tok.save(path)
+    return str(path)

@@ -17,7 +17,7 @@ from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import SurpriseScorer
-from training.benchdata import pca_detector
+from training.bench_baselines import pca_detector
 from training.pipeline import vocab_and_windows
 from training.scoring import load_bundle, save_bundle, score_objects
 from training.trainer import TrainConfig

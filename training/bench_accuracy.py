@@ -35,7 +35,7 @@ policies are UNLABELLED_THRESHOLDS (or ``--config '{"threshold": {MODE: POLICY}}
 adds ``roc_auc`` / ``dev_roc_auc`` and its dev F1 at every constant of the policy's grid
 (``dev_f1_at_share_<s>`` / ``dev_f1_at_q_<q>``, the same training rescored) and the constant
 used (``share`` / ``q``). Every binary dataset also gets ``count_pca``: loglizer's PCA detector
-on event counts fitted on the train sequences without labels (training.benchdata.count_pca), and
+on event counts fitted on the train sequences without labels (training.bench_baselines.count_pca), and
 ``count_pca+normal`` (fitted on the normal ones) when ``unlabelled+normal`` is asked for.
 """
 
@@ -50,20 +50,14 @@ import numpy as np
 import polars as pl
 import torch
 
-from seqenc.config import TVMKAConfig
+from seqenc.config import TASK_MODEL_DEFAULTS, TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.sequences import collect_value_sequences
-from training.benchdata import (
-    BenchDataset,
-    always_positive,
-    check_split,
-    count_baseline,
-    count_pca,
-    duplicates_across_splits,
-    load_dataset,
-)
+from seqenc.sequences import collect_value_sequences, item_histories
+from training.bench_baselines import always_positive, count_baseline, count_pca
+from training.benchdata import BenchDataset, check_split, duplicates_across_splits, load_dataset
 from training.end_to_end import EndToEndTrainer, comparison_model
-from training.metrics import headline
+from training.evaluate import history_rank_scores
+from training.metrics import headline, ranking_metrics
 from training.pipeline import SIZES, vocab_and_windows
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 from training.trainer import MODES as MODES_ALL
@@ -134,10 +128,13 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
     too) also ``{base: row}`` from the same training scored by the KA alone. The surprise only
     adds a final scoring step, so that row is what training the plain mode gives (same seed,
     tests/test_bench_accuracy.py), at half the cost; both rows carry the shared seconds."""
-    outputs = {"n_items": len(ds.class_names)} if ds.task == "next_item" else \
+    outputs = {"n_items": len(ds.class_names), "class_names": list(ds.class_names)} if ds.task == "next_item" else \
         {"n_classes": len(ds.class_names), "class_names": list(ds.class_names)}
     base, variant = _variant(mode)
-    config = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+    model = {**TASK_MODEL_DEFAULTS.get(ds.task, {}), **sizes["model"]}
+    if base in END_TO_END:  # the comparison encoders' heads read their own embedding only
+        model.pop("item_history", None)
+    config = TVMKAConfig(**{**model, "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                             "val_sep_token_id": tok.val_sep_id, "task": ds.task, **outputs, **VARIANTS[variant]})
     cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": base})
     t0 = time.time()
@@ -244,6 +241,8 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
     value_seqs = collect_value_sequences(ds.objects, ds.exclude_keys)
     tok, data = vocab_and_windows(value_seqs, ds.split.filter(pl.col("split") == "train")["sequence_id"],
                                   sizes["model"])
+    if ds.task == "next_item":  # the item history, for a head that reads it (seqenc.heads)
+        data.item_history = item_histories(value_seqs, data.sequence_ids, ds.event_key, list(ds.class_names))
     label_of = dict(ds.labels.select("sequence_id", "label").iter_rows())
     split_of = dict(ds.split.select("sequence_id", "split").iter_rows())
     y = np.array([ds.class_names.index(label_of[s]) for s in data.sequence_ids])
@@ -268,6 +267,11 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
     t0 = time.time()
     counts = count_baseline(ds, seed)
     out["count_lr"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
+    if ds.task == "next_item":  # each sequence's own items, most frequent first (training.evaluate)
+        scores = history_rank_scores(data.item_history, len(ds.class_names))
+        dev = ranking_metrics(y[splits["dev"]], scores[splits["dev"]])
+        out["history_rank"] = _row(ranking_metrics(y[splits["test"]], scores[splits["test"]]), ds.task, dev) | \
+            {"seconds": 0.0}
     if ds.task == "binary":
         pca = {"count_pca": False}  # unsupervised: fitted on every train sequence, no label read
         if any((_unlabelled_parts(m) or (False,))[0] for m in modes):  # beside DeepLog's setting

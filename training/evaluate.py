@@ -12,6 +12,9 @@
   (its event key's values for log tasks, every key=value pair otherwise), trained on the same
   train split and scored on the same test split: the simplest model a user would try, shown
   beside TVM-KA in the demo summary.
+* :func:`history_rank_metrics` -- next_item only: each sequence's own items ranked, the most
+  frequent first, ties to the most recent (:func:`history_rank_scores`), no training at all: the
+  simplest next-item baseline, and what a head reading the item history must beat.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from sklearn.metrics import average_precision_score
 
 from parsers import storage
 from seqenc.catalog import Task, load_catalog
-from training.metrics import ranking_metrics_of_lists, task_metrics
+from training.metrics import ranking_metrics, ranking_metrics_of_lists, task_metrics
 from training.task_data import read_task, task_objects
 
 log = logging.getLogger(__name__)
@@ -113,7 +116,8 @@ def evaluate_task(workdir: str | Path, task_name: str, catalog=None, model: str 
 def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -> dict | None:
     """The count baseline (module docstring) on the work directory's split of a labelled task;
     None for an ``anomaly`` task (its unsupervised baseline is the bench's count_pca)."""
-    from training.benchdata import BenchDataset, count_baseline
+    from training.bench_baselines import count_baseline
+    from training.benchdata import BenchDataset
 
     seq_dir = Path(workdir) / "sequences" / task_name
     _, task, classes = read_task(seq_dir)
@@ -133,3 +137,34 @@ def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -
                       event_key="count", exclude_keys=(), description="count baseline of a task")
     result = count_baseline(ds, seed)
     return {k: v for k, v in result.items() if v is not None and k not in ("seconds", "vocab", "n_train", "n_test")}
+
+
+def history_rank_scores(item_history: list[dict[int, tuple[float, ...]]], n_items: int) -> np.ndarray:
+    """[n_sequences, n_items]: log(1 + count) + recency / 1000 of every item a sequence holds
+    (seqenc.sequences.item_histories), 0 for the others (which then tie below them, ranked
+    pessimistically by training.metrics.ranking_metrics)."""
+    scores = np.zeros((len(item_history), n_items))
+    for row, history in enumerate(item_history):
+        for item, (log_count, recency, *_) in history.items():
+            scores[row, item] = log_count + recency / 1000
+    return scores
+
+
+def history_rank_metrics(workdir: str | Path, task_name: str) -> dict | None:
+    """:func:`history_rank_scores` on the work directory's test split of a next_item task
+    (recall@1/5/10, MRR, and the dev recall@10); None for another kind of task."""
+    from training.task_data import read_item_history
+
+    seq_dir = Path(workdir) / "sequences" / task_name
+    _, task, classes = read_task(seq_dir)
+    if task.kind != "next_item":
+        return None
+    split = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("label").is_not_null())
+    index = {c: i for i, c in enumerate(classes)}
+    out = {}
+    for name in ("dev", "test"):
+        rows = split.filter(pl.col("split") == name)
+        scores = history_rank_scores(read_item_history(seq_dir, rows["sequence_id"].to_list()), len(classes))
+        y = np.array([index[c] for c in rows["label"].to_list()], dtype=np.int64)
+        out[name] = ranking_metrics(y, scores) if len(y) else {}
+    return {**out["test"], "dev_recall_at_10": out["dev"].get("recall_at_10")}

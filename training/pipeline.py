@@ -29,7 +29,7 @@ import torch
 from parsers import purchases, storage, synthetic
 from parsers.landing import ingest_path
 from seqenc.catalog import SPLITS, load_catalog
-from seqenc.config import TVMKAConfig
+from seqenc.config import TASK_MODEL_DEFAULTS, TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences
@@ -37,7 +37,7 @@ from seqenc.tokenizer import ValueTokenizer
 from training import tracking
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.engines import data_parallel
-from training.evaluate import count_baseline_metrics, prediction_metrics
+from training.evaluate import count_baseline_metrics, history_rank_metrics, prediction_metrics
 from training.metrics import (
     plot_confusion,
     plot_losses,
@@ -51,12 +51,14 @@ from training.task_data import (
     UNLABELLED,
     assign_splits,
     label_vector,
+    read_item_history,
     read_task,
     sequence_objects,
     task_objects,
     task_sequences,
     value_sequences,
     vocab_and_windows,
+    write_item_history,
     write_task,
 )
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
@@ -193,12 +195,15 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
                              "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
     split_df.write_parquet(out / "splits.parquet")
 
-    model_cfg = {**_size(size or task.size or "demo")["model"], **task.config.get("model", {}), **(model_overrides or {})}
+    model_cfg = {**_size(size or task.size or "demo")["model"], **TASK_MODEL_DEFAULTS.get(task.kind, {}),
+                 **task.config.get("model", {}), **(model_overrides or {})}
     tok, data = vocab_and_windows(value_seqs, split_df.filter(pl.col("split") == "train")["sequence_id"], model_cfg,
                                   pretrained)
     tok.save(out / "tokenizer.json")
     data.write_parquet(out / "windows.parquet")
     write_task(out, task_name, task, classes)
+    if task.kind == "next_item":
+        write_item_history(out, value_seqs, data.sequence_ids, task, classes)
     dates = None if ingest_date is None else sorted(
         storage.ingest_date_str(d) for d in (ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]))
     (out / "input.json").write_text(json.dumps({"source": task.source, "ingest_dates": dates}))
@@ -277,8 +282,11 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "val_sep_token_id": tok.val_sep_id,
             "task": spec.model_task, "class_names": classes,
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
-            "value_repeats": tok.value_repeats,
+            "value_repeats": tok.value_repeats, "value_end": tok.value_end,
             **({"n_items": len(classes)} if spec.kind == "next_item" else {"n_classes": len(classes)})}
+    model_overrides = {**TASK_MODEL_DEFAULTS.get(spec.kind, {}), **model_overrides}
+    if mode in END_TO_END:  # the comparison encoders' heads read their own embedding only
+        model_overrides.pop("item_history", None)
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode, **train_overrides}
     if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
@@ -312,6 +320,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         model, inputs = comparison_model(mode, model.config, data, tok, objects, tuple(spec.exclude_keys), pretrained)
         trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.model_task, len(classes), **hooks)
     else:
+        if model.config.item_history:
+            data.item_history = read_item_history(seq_dir, data.sequence_ids)
         trainer = InterleavedTrainer(model, tok, data, y, splits, train_cfg, job, **hooks)
     config = model.config
     if resume and not trainer.resume():
@@ -334,7 +344,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         result = trainer.fit()
         metadata = {"task_name": task_name, "task_kind": spec.kind, "source": spec.source,
                     "threshold": result["threshold"], "mode": shown_mode, "exclude_keys": list(spec.exclude_keys),
-                    "keep_keys": spec.keep_keys, "event_key": spec.event_key, "mlflow_run_id": run.info.run_id}
+                    "keep_keys": spec.keep_keys, "event_key": spec.event_key, "item_key": spec.item_key,
+                    "mlflow_run_id": run.info.run_id}
         if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way
             metadata["surprise"] = trainer.surprise.to_dict()
         bundle = save_bundle(model, tok, metadata, out / "bundle")
@@ -440,7 +451,8 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
              pretrained: str | None = None, pretrained_layers: int | None = None, catalog=None) -> dict:
     """Every task of the catalogue (default: the shipped one) on the built-in data its sources'
     ``demo_generator`` writes: generate, ingest, sequences, train, score; plus the count
-    baseline of each task on the same split (training.evaluate.count_baseline_metrics)."""
+    baseline of each task on the same split (training.evaluate.count_baseline_metrics) and, for
+    next_item tasks, the ranking of each sequence's own items (history_rank_metrics)."""
     t0 = time.time()
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
@@ -449,7 +461,7 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
     shutil.rmtree(out / "data", ignore_errors=True)  # re-running the demo replaces its data partitions
     ingest = {name: stage_ingest(str(out), name, files["path"], files["labels"], catalog=catalog)
               for name, files in raw.items()}
-    summary = {"metrics": {}, "baselines": {}, "run_ids": [], "predictions": [], "ingest": {},
+    summary = {"metrics": {}, "baselines": {}, "history_baselines": {}, "run_ids": [], "predictions": [], "ingest": {},
                "test_metrics_from_predictions": {}}
     for task_name, task in catalog.tasks.items():
         if task.source not in ingest:
@@ -463,6 +475,8 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
         scored = stage_score(str(out), task_name, progress=progress, ingest_date=date)
         summary["metrics"][task_name] = trained["metrics"]["test"]
         summary["baselines"][task_name] = count_baseline_metrics(str(out), task_name, seed)
+        if task.kind == "next_item":  # the sequence's own items, most frequent first: no training at all
+            summary["history_baselines"][task_name] = history_rank_metrics(str(out), task_name)
         summary["run_ids"].append(trained["run_id"])
         summary["predictions"].append(scored["predictions"])
         summary["test_metrics_from_predictions"][task_name] = scored["metrics"]

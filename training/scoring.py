@@ -52,7 +52,7 @@ from seqenc.baselines import (
 )
 from seqenc.inference import model_device, predict_proba
 from seqenc.model import TVMKA, read_architecture
-from seqenc.sequences import collect_value_sequences, tokenize_value_sequences, with_event_key
+from seqenc.sequences import collect_value_sequences, item_histories, tokenize_value_sequences, with_event_key
 from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
 from training.engines import training_device
@@ -121,8 +121,13 @@ def model_inputs(bundle: Bundle, objects: pl.DataFrame):
     if isinstance(model, FlattenedEncoder | RecordViewEncoder):
         return ObjectSequences.from_objects(objects, tok, exclude_keys)
     config = model.config
-    return tokenize_value_sequences(collect_value_sequences(objects, exclude_keys), tok, config.max_positions,
-                                    config.long_sequences, config.max_windows)
+    value_seqs = collect_value_sequences(objects, exclude_keys)
+    data = tokenize_value_sequences(value_seqs, tok, config.max_positions, config.long_sequences, config.max_windows)
+    if config.item_history:  # next_item: the head reads each sequence's own items (seqenc.heads)
+        if not meta.get("item_key"):
+            raise ValueError("the model reads the item history but its metadata names no item_key: retrain it")
+        data.item_history = item_histories(value_seqs, data.sequence_ids, meta["item_key"], config.class_names)
+    return data
 
 
 def model_probabilities(bundle: Bundle, objects: pl.DataFrame, progress: bool = True) -> tuple[list[str], np.ndarray]:

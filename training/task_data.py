@@ -25,8 +25,15 @@ import polars as pl
 from parsers import storage
 from seqenc.catalog import Task
 from seqenc.config import TVMKAConfig
+from seqenc.heads import HISTORY_FEATURES
 from seqenc.numeric import NumericBins
-from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences, with_event_key
+from seqenc.sequences import (
+    TokenizedSequences,
+    collect_value_sequences,
+    item_histories,
+    tokenize_value_sequences,
+    with_event_key,
+)
 from seqenc.tokenizer import ValueTokenizer
 from training.data import fixed_split, split_indices
 
@@ -153,6 +160,8 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
         tok.with_value_links()
     if model_cfg.get("value_repeats", defaults.value_repeats):
         tok.with_value_repeats()
+    if model_cfg.get("value_end", defaults.value_end):
+        tok.with_value_end()
     data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
                                     model_cfg.get("long_sequences", defaults.long_sequences),
                                     model_cfg.get("max_windows", defaults.max_windows))
@@ -162,6 +171,33 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
 def value_sequences(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
     """S(k) of every sequence of the task's objects (its keys, event key and exclusions)."""
     return collect_value_sequences(task_objects(objects, task), tuple(task.exclude_keys))
+
+
+def write_item_history(seq_dir: Path, value_seqs: pl.DataFrame, sequence_ids: list[str], task: Task,
+                       classes: list[str]) -> None:
+    """``item_history.parquet`` of a next_item task: the item-history features of every sequence
+    (seqenc.sequences.item_histories; one row per sequence and item it holds)."""
+    histories = item_histories(value_seqs, sequence_ids, task.item_key, classes)
+    rows = [(s, i, *f) for s, h in zip(sequence_ids, histories) for i, f in h.items()]
+    schema = {"sequence_id": pl.String, "item": pl.Int32} | {name: pl.Float32 for name in HISTORY_FEATURES}
+    pl.DataFrame(rows, schema=schema, orient="row").write_parquet(seq_dir / "item_history.parquet")
+
+
+def read_item_history(seq_dir: Path, sequence_ids: list[str]) -> list[dict[int, tuple[float, ...]]]:
+    """What :func:`write_item_history` saved, in the order of ``sequence_ids``."""
+    path = Path(seq_dir) / "item_history.parquet"
+    if not path.is_file():
+        raise FileNotFoundError(f"{seq_dir} holds no item_history.parquet: rebuild the task's sequences "
+                                "(the model reads the item history)")
+    out: dict[str, dict[int, tuple[float, ...]]] = {s: {} for s in sequence_ids}
+    frame = pl.read_parquet(path)
+    if frame.columns[2:] != list(HISTORY_FEATURES):
+        raise ValueError(f"{path} holds the features {frame.columns[2:]}, this version reads {list(HISTORY_FEATURES)}: "
+                         "rebuild the task's sequences")
+    for s, i, *features in frame.iter_rows():
+        if s in out:
+            out[s][i] = tuple(features)
+    return [out[s] for s in sequence_ids]
 
 
 def write_task(seq_dir: Path, task_name: str, task: Task, classes: list[str]) -> None:

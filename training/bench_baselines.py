@@ -1,0 +1,166 @@
+"""The count baselines of ``seqenc bench accuracy``, on a training.benchdata.BenchDataset.
+
+* :func:`count_baseline` -- logistic regression on event-count vectors (the count vector of a
+  sequence: how often each ``event_key`` value seen in train occurs in it), trained on train,
+  scored on test: the simplest supervised model;
+* :func:`count_pca` -- loglizer's unsupervised PCA detector on the same counts (no label read;
+  ``normal_only`` fits it on the normal train sequences, DeepLog's setting);
+* :func:`always_positive` -- every sequence flagged: the floor a detector must beat.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import polars as pl
+
+from training.benchdata import SPLITS, BenchDataset
+
+# --------------------------------------------------------------------------- count baseline
+
+
+def count_vectors(ds: BenchDataset) -> tuple[list[str], np.ndarray, list[str]]:
+    """Per sequence (sorted ids), counts of each ``event_key`` value seen in train; -> (ids, X, vocab)."""
+    ids = ds.split.sort("sequence_id")["sequence_id"].to_list()
+    events = ds.objects.filter(pl.col("key") == ds.event_key).select("sequence_id", "value")
+    train_ids = ds.split.filter(pl.col("split") == "train").select("sequence_id")
+    vocab = sorted(events.join(train_ids, on="sequence_id", how="semi")["value"].unique().to_list())
+    counts = events.filter(pl.col("value").is_in(vocab)).group_by("sequence_id", "value").len()
+    row = {s: i for i, s in enumerate(ids)}
+    col = {v: j for j, v in enumerate(vocab)}
+    X = np.zeros((len(ids), len(vocab)), dtype=np.float64)
+    for s, v, n in counts.iter_rows():
+        X[row[s], col[v]] = n
+    return ids, X, vocab
+
+
+def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
+    """Logistic regression on event-count vectors, trained on train, scored on test.
+
+    Binary: the threshold on P(Anomaly) maximising F1 on dev (training.metrics.best_threshold);
+    precision / recall / f1 of the Anomaly class plus macro / micro F1. Multiclass: arg-max
+    prediction; macro / micro F1 (precision, recall, f1 are None). Next item: items ranked by
+    the predicted probability (a catalogue item never a train target scores 0); recall@k and
+    MRR. ``dev_<headline>`` (dev_f1, dev_macro_f1 or dev_recall_at_10): the same metric on dev
+    (binary: at the dev-fitted threshold, so the best F1 on dev). ``seconds``: vectorising,
+    fitting and predicting."""
+    from sklearn.linear_model import LogisticRegression
+
+    from training.metrics import best_threshold, headline, predict, ranking_metrics, split_metrics, task_metrics
+
+    start = time.perf_counter()
+    ids, X, vocab = count_vectors(ds)
+    label_of = dict(ds.labels.iter_rows())
+    split_of = dict(ds.split.iter_rows())
+    y = np.array([ds.class_names.index(label_of[s]) for s in ids])
+    part = {name: np.array([split_of[s] == name for s in ids]) for name in SPLITS}
+    clf = LogisticRegression(class_weight="balanced", max_iter=5000, random_state=seed)
+    clf.fit(X[part["train"]], y[part["train"]])
+
+    def probs(mask: np.ndarray) -> np.ndarray:  # columns = every class, also one missing from train
+        out = np.zeros((int(mask.sum()), len(ds.class_names)))
+        out[:, clf.classes_] = clf.predict_proba(X[mask])
+        return out
+
+    test_probs, dev_probs = probs(part["test"]), probs(part["dev"])
+    result: dict = {"precision": None, "recall": None, "f1": None, "threshold": None}
+    threshold = best_threshold(y[part["dev"]], dev_probs[:, 1]) if ds.task == "binary" else 0.5
+    key = headline(ds.task)
+    result[f"dev_{key}"] = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)[key]
+    if ds.task == "binary":
+        pred = predict(test_probs, "binary", threshold)
+        result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold)
+    elif ds.task == "next_item":
+        result.update(ranking_metrics(y[part["test"]], test_probs), micro_f1=None, macro_f1=None)
+    else:
+        pred = predict(test_probs, "multiclass")
+    if ds.task != "next_item":
+        result.update(task_metrics(y[part["test"]], pred, "multiclass"))
+    result.update(seconds=round(time.perf_counter() - start, 3), vocab=len(vocab),
+                  n_train=int(part["train"].sum()), n_test=int(part["test"].sum()))
+    return result
+
+
+def always_positive(ds: BenchDataset) -> dict:
+    """The floor of a binary dataset: every sequence predicted positive (``class_names[1]``,
+    Anomaly). Test precision = the test prevalence, recall 1, F1 = 2p / (1 + p); the negative
+    class's F1 is 0, so macro F1 = F1 / 2; micro F1 = accuracy = p. ``dev_f1`` likewise on dev."""
+    from training.metrics import task_metrics
+
+    if ds.task != "binary":
+        raise ValueError(f"{ds.name}: always_positive needs a binary task, not {ds.task}")
+    start = time.perf_counter()
+    rows = ds.split.join(ds.labels, on="sequence_id")
+    y = {s: (rows.filter(pl.col("split") == s)["label"] == ds.class_names[1]).to_numpy().astype(np.int64)
+         for s in ("dev", "test")}
+    result = task_metrics(y["test"], np.ones_like(y["test"]), "binary")
+    result["dev_f1"] = task_metrics(y["dev"], np.ones_like(y["dev"]), "binary")["f1"]
+    return result | {"seconds": round(time.perf_counter() - start, 3)}
+
+
+# --------------------------------------------------------------------------- unsupervised count baseline
+
+PCA_VARIANCE = 0.95  # loglizer PCA(n_components=0.95): components explaining 95 % of the variance
+PCA_C_ALPHA = 3.2905  # loglizer's c_alpha for alpha = 0.001 (the standard normal 1 - alpha quantile)
+
+
+def pca_detector(X_fit: np.ndarray, variance: float = PCA_VARIANCE, c_alpha: float = PCA_C_ALPHA):
+    """loglizer's PCA detector (Xu et al., SOSP 2009; logpai/loglizer FeatureExtractor + PCA),
+    fitted on the count rows ``X_fit`` without labels -> ``(transform, spe, threshold)``:
+    ``transform``: tf-idf (idf = log(n / (df + 1e-8))) then zero-mean, as fitted; ``spe``: the
+    squared norm of a transformed row outside the normal subspace (the top components of
+    X^T X / n explaining ``variance``); ``threshold``: Jackson and Mudholkar's (1979) Q limit on
+    the left-out eigenvalues, phi_i = sum lambda_j^i, h0 = 1 - 2 phi_1 phi_3 / (3 phi_2^2),
+    Q = phi_1 (c_alpha sqrt(2 phi_2 h0^2) / phi_1 + 1 + phi_2 h0 (h0 - 1) / phi_1^2)^(1 / h0);
+    SPE > Q is anomalous. No left-out eigenvalue (phi_1 = 0): +inf, where loglizer divides by 0."""
+    n = len(X_fit)
+    idf = np.log(n / ((X_fit > 0).sum(0) + 1e-8))
+    mean = (X_fit * idf).mean(0)
+
+    def transform(X: np.ndarray) -> np.ndarray:
+        return X * idf - mean
+
+    Xt = transform(X_fit)
+    U, sigma, _ = np.linalg.svd(Xt.T @ Xt / float(n))
+    total, k = sigma.sum(), len(sigma)
+    if total > 0:
+        k = int(np.searchsorted(np.cumsum(sigma) / total, variance - 1e-12)) + 1
+    P = U[:, :min(k, len(sigma))]
+    proj = np.eye(len(sigma)) - P @ P.T
+    phi = [float((sigma[k:] ** i).sum()) for i in (1, 2, 3)]
+    threshold = float("inf")
+    if phi[0] > 0 and phi[1] > 0:
+        h0 = 1.0 - 2 * phi[0] * phi[2] / (3.0 * phi[1] ** 2)
+        threshold = float(phi[0] * (c_alpha * np.sqrt(2 * phi[1] * h0 * h0) / phi[0] + 1.0
+                                    + phi[1] * h0 * (h0 - 1) / phi[0] ** 2) ** (1.0 / h0))
+
+    def spe(Xt: np.ndarray) -> np.ndarray:
+        r = Xt @ proj.T
+        return (r * r).sum(1)
+
+    return transform, spe, threshold
+
+
+def count_pca(ds: BenchDataset, normal_only: bool = False) -> dict:
+    """loglizer's PCA detector (:func:`pca_detector`) on event-count vectors (:func:`count_vectors`:
+    events seen in train), fitted on the train sequences *without labels* (``normal_only``: on
+    the train sequences labelled normal, as DeepLog's setting reads them), threshold from the
+    Q-statistic (alpha = 0.001), nothing chosen on dev. Binary datasets. Precision / recall / f1
+    of the Anomaly class, macro / micro F1 on test; ``dev_f1`` the same on dev; ``seconds``."""
+    from training.metrics import task_metrics
+
+    if ds.task != "binary":
+        raise ValueError(f"{ds.name}: count_pca needs a binary task, not {ds.task}")
+    start = time.perf_counter()
+    ids, X, vocab = count_vectors(ds)
+    label_of, split_of = dict(ds.labels.iter_rows()), dict(ds.split.iter_rows())
+    y = np.array([ds.class_names.index(label_of[s]) for s in ids])
+    part = {name: np.array([split_of[s] == name for s in ids]) for name in SPLITS}
+    fit = part["train"] & (y == 0) if normal_only else part["train"]
+    transform, spe, threshold = pca_detector(X[fit])
+    flagged = {name: (spe(transform(X[part[name]])) > threshold).astype(np.int64) for name in ("dev", "test")}
+    result = task_metrics(y[part["test"]], flagged["test"], "binary")
+    result["dev_f1"] = task_metrics(y[part["dev"]], flagged["dev"], "binary")["f1"]
+    return result | {"seconds": round(time.perf_counter() - start, 3), "threshold": threshold, "vocab": len(vocab),
+                     "n_fit": int(fit.sum())}
