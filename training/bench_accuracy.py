@@ -11,7 +11,9 @@ trained with the demo's model and step sizes (but 1:10 TVM:KA steps, BENCH_OVERR
 same seed, evaluated on the test split (binary threshold fitted on dev), next to scikit-learn
 logistic regression on event-count vectors (``count_lr``) and, on binary datasets, loglizer's
 unsupervised PCA on event counts (``count_pca``) and the floor of flagging every sequence
-(``always_positive``). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
+(``always_positive``), on next_item each sequence's own items ranked by count (``history_rank``,
+training.evaluate.history_rank_scores; the next-item head reads the same history, seqenc.heads,
+on by seqenc.config.TASK_MODEL_DEFAULTS). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
 "micro_f1", "seconds"}}}`` (precision/recall/f1 are null for C-way tasks; next_item rows have
 every F1 null and add ``recall_at_1``, ``recall_at_5``, ``recall_at_10``, ``mrr``); every row adds
 its dev figure ``dev_<headline>`` (``dev_f1``, ``dev_macro_f1``, ``dev_recall_at_10``), the one
