@@ -27,6 +27,15 @@ TVM_POSITIONS = ("sequence", "within_value")
 TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True}}
 
 
+def task_model_settings(kind: str, overrides: dict, end_to_end: bool = False) -> dict:
+    """A task kind's TASK_MODEL_DEFAULTS under ``overrides``; for an end-to-end comparison mode
+    without ``item_history`` (those encoders' heads read their own embedding only)."""
+    settings = {**TASK_MODEL_DEFAULTS.get(kind, {}), **overrides}
+    if end_to_end:
+        settings.pop("item_history", None)
+    return settings
+
+
 @dataclass
 class TVMKAConfig:
     # --- tokens -----------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from seqenc.config import TVMKAConfig
+from seqenc.sequences import HISTORY_FEATURES
 
 
 class ClassificationHead(nn.Module):
@@ -56,7 +57,6 @@ class ClassificationHead(nn.Module):
         return self.out(self.dropout(torch.tanh(self.dense(h))))
 
 
-HISTORY_FEATURES = ("log_count", "recency", "after_last")  # per item, seqenc.sequences.item_histories
 # w is learned as w / 10: an optimiser step moves a parameter by about its learning rate, and the
 # KA's (5e-4, a few thousand steps) would leave w near its start (a learning-rate multiplier of 10)
 HISTORY_WEIGHT_SCALE = 10.0
@@ -87,7 +87,8 @@ class NextItemHead(nn.Module):
             return explore
         if history is None:
             raise ValueError("this next-item head reads the item history (config.item_history): pass the "
-                             "[B, n_items, 3] features of seqenc.sequences.TokenizedSequences.history_features")
+                             "[B, n_items, len(HISTORY_FEATURES)] features of "
+                             "seqenc.sequences.TokenizedSequences.history_features")
         history = history.to(explore.dtype)
         held = history[..., 0] > 0  # [B, n_items]: log(1 + count) > 0
         any_held = held.any(-1, keepdim=True)  # [B, 1]

@@ -234,7 +234,7 @@ class KeyAggregator(nn.Module):
 
     def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor,
                 history: torch.Tensor | None = None) -> torch.Tensor:
-        # -> [B, n_outputs] logits / item scores; history: [B, n_items, 3] where uses_history
+        # -> [B, n_outputs] logits / item scores; history: [B, n_items, len(HISTORY_FEATURES)] where uses_history
         h = self.encode(key_reprs, key_mask)
         return self.head(h, history) if self.config.task == "next_item" else self.head(h)
 

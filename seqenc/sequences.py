@@ -42,6 +42,9 @@ from seqenc.tokenizer import ValueTokenizer
 
 log = logging.getLogger(__name__)
 
+# per catalogue item, what :func:`item_histories` computes and the next-item head reads (seqenc.heads)
+HISTORY_FEATURES = ("log_count", "recency", "after_last")
+
 
 def value_spans(window: list[int], val_sep_id: int) -> list[tuple[int, int]]:
     """``(start, end)`` of every value of a window: the tokens after each [VAL_SEP] up to the
@@ -154,12 +157,12 @@ class TokenizedSequences:
         )
 
     def history_features(self, sequence_index: np.ndarray, n_items: int) -> torch.Tensor:
-        """[B, n_items, 3] float32: the item-history features (seqenc.heads.HISTORY_FEATURES) of
-        some sequences, zero for an item a sequence never holds."""
+        """[B, n_items, len(HISTORY_FEATURES)] float32: the item-history features of some
+        sequences, zero for an item a sequence never holds."""
         if self.item_history is None:
             raise ValueError("these sequences carry no item history: build it with seqenc.sequences.item_histories "
                              "(the model was trained with item_history)")
-        out = torch.zeros(len(sequence_index), n_items, 3)
+        out = torch.zeros(len(sequence_index), n_items, len(HISTORY_FEATURES))
         for b, i in enumerate(sequence_index):
             for item, features in self.item_history[int(i)].items():
                 out[b, item] = torch.tensor(features)
@@ -221,7 +224,7 @@ def collect_value_sequences(objects: pl.DataFrame, exclude_keys: tuple[str, ...]
 def item_histories(value_sequences: pl.DataFrame, sequence_ids: list[str], item_key: str,
                    items: list[str]) -> list[dict[int, tuple[float, float, float]]]:
     """Per sequence of ``sequence_ids`` (rows of :func:`collect_value_sequences`): for every
-    catalogue item among its values of ``item_key`` the features of seqenc.heads.HISTORY_FEATURES,
+    catalogue item among its values of ``item_key`` the features of :data:`HISTORY_FEATURES`,
     ``(log(1 + count), recency, log(1 + after_last))``: recency ``(p + 1) / n`` for its last
     occurrence at p of n values (1.0: the latest value), after_last how often it came directly
     after an occurrence of the sequence's last value. Values that are no catalogue item are left

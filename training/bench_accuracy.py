@@ -52,7 +52,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from seqenc.config import TASK_MODEL_DEFAULTS, TVMKAConfig
+from seqenc.config import TVMKAConfig, task_model_settings
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, item_histories
 from training.bench_baselines import always_positive, count_baseline, count_pca
@@ -133,9 +133,7 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
     outputs = {"n_items": len(ds.class_names), "class_names": list(ds.class_names)} if ds.task == "next_item" else \
         {"n_classes": len(ds.class_names), "class_names": list(ds.class_names)}
     base, variant = _variant(mode)
-    model = {**TASK_MODEL_DEFAULTS.get(ds.task, {}), **sizes["model"]}
-    if base in END_TO_END:  # the comparison encoders' heads read their own embedding only
-        model.pop("item_history", None)
+    model = task_model_settings(ds.task, sizes["model"], end_to_end=base in END_TO_END)
     config = TVMKAConfig(**{**model, "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                             "val_sep_token_id": tok.val_sep_id, "task": ds.task, **outputs, **VARIANTS[variant]})
     cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": base})

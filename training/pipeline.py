@@ -29,7 +29,7 @@ import torch
 from parsers import purchases, storage, synthetic
 from parsers.landing import ingest_path
 from seqenc.catalog import SPLITS, load_catalog
-from seqenc.config import TASK_MODEL_DEFAULTS, TVMKAConfig
+from seqenc.config import TVMKAConfig, task_model_settings
 from seqenc.model import TVMKA
 from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences
@@ -195,8 +195,8 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
                              "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
     split_df.write_parquet(out / "splits.parquet")
 
-    model_cfg = {**_size(size or task.size or "demo")["model"], **TASK_MODEL_DEFAULTS.get(task.kind, {}),
-                 **task.config.get("model", {}), **(model_overrides or {})}
+    model_cfg = {**_size(size or task.size or "demo")["model"],
+                 **task_model_settings(task.kind, {**task.config.get("model", {}), **(model_overrides or {})})}
     tok, data = vocab_and_windows(value_seqs, split_df.filter(pl.col("split") == "train")["sequence_id"], model_cfg,
                                   pretrained)
     tok.save(out / "tokenizer.json")
@@ -284,9 +284,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
             "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
             "value_repeats": tok.value_repeats, "value_end": tok.value_end,
             **({"n_items": len(classes)} if spec.kind == "next_item" else {"n_classes": len(classes)})}
-    model_overrides = {**TASK_MODEL_DEFAULTS.get(spec.kind, {}), **model_overrides}
-    if mode in END_TO_END:  # the comparison encoders' heads read their own embedding only
-        model_overrides.pop("item_history", None)
+    model_overrides = task_model_settings(spec.kind, model_overrides, end_to_end=mode in END_TO_END)
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode, **train_overrides}
     if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")

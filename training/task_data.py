@@ -25,9 +25,9 @@ import polars as pl
 from parsers import storage
 from seqenc.catalog import Task
 from seqenc.config import TVMKAConfig
-from seqenc.heads import HISTORY_FEATURES
 from seqenc.numeric import NumericBins
 from seqenc.sequences import (
+    HISTORY_FEATURES,
     TokenizedSequences,
     collect_value_sequences,
     item_histories,
