@@ -56,7 +56,10 @@ def source_spec(catalog, source: str, kind: str) -> Source:
     ``kind`` ("logs" | "events"; a labels file takes its source's declared kind, else events)."""
     catalog = load_catalog(catalog)
     if source in catalog.sources:
-        return catalog.sources[source]
+        spec = catalog.sources[source]
+        if spec.formats:  # relative to the catalogue's folder, as its other paths
+            spec = spec.model_copy(update={"formats": str(catalog.resolve_path(spec.formats))})
+        return spec
     return Source(kind="logs" if kind == "logs" else "events")
 
 
@@ -69,7 +72,6 @@ def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, k
     from parsers.events import ingest_events
     from parsers.log_ingest import ingest_logs
     from parsers.logs import ingest_labels
-    from parsers.presets import PRESETS, resolve
     from parsers.sessions import SessionSpec
 
     kind = kind or spec.kind
@@ -80,18 +82,44 @@ def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, k
         return ingest_events(path, root, source=source, ingest_date=ingest_date, **spec.event_options())
     if kind != "logs":
         raise ValueError(f"unknown ingest kind {kind!r} for {path}; allowed: logs, events, labels")
-    preset = spec.preset or (source if source in PRESETS else None)
-    if preset is None:
-        raise ValueError(f"log source {source!r} has no log format: give it a preset (one of "
-                         f"{', '.join(sorted(PRESETS))}) or formats in the catalogue, or --preset / --formats")
+    fmt = log_format(path, root, source, spec)
     session = None
     if spec.session_id:
         session = SessionSpec(id_pattern=spec.session_id)
     elif spec.window:
         session = SessionSpec(field=spec.session_field, window_s=spec.window, step_s=spec.step)
-    fmt = resolve(preset, spec.formats)
     return ingest_logs(path, root, source=source, preset=fmt, ingest_date=ingest_date, session=session,
                        max_reject_share=spec.max_reject_share)
+
+
+def log_format(path: str | Path, root: str | Path, source: str, spec: Source):
+    """A log source's format: its declared ``preset``; else a format of its ``formats`` file
+    named like the source; else the preset named like it; else, with ``auto_header``, a header
+    detected from the first lines of the source's first file (parsers.header_detect), kept in
+    ``<root>/state/format-<source>.json`` for its later files (delete it to detect again); the
+    ingest report names the format (``"format": "auto"``) and its header."""
+    from parsers.header_detect import read_sample, suggest_header
+    from parsers.presets import PRESETS, LogFormat, load_formats, resolve
+
+    if spec.preset:
+        return resolve(spec.preset, spec.formats)
+    user = load_formats(spec.formats) if spec.formats else {}
+    if source in user:
+        return user[source]
+    if source in PRESETS:
+        return PRESETS[source]
+    if spec.auto_header:
+        saved = storage.detected_format_path(root, source)
+        if saved.exists():  # the source's first file decided: later files split into the same fields
+            return LogFormat.from_dict({**json.loads(saved.read_text(encoding="utf-8")), "name": "auto"})
+        suggestion = suggest_header(read_sample(path))
+        log.info("%s: no preset or format for source %r; detected header %r (%.1f%% of the sample)", path, source,
+                 suggestion.header, 100 * suggestion.coverage)
+        storage.write_bytes_atomic(json.dumps(suggestion.format_spec()).encode(), saved)
+        return suggestion.log_format("auto")
+    raise ValueError(f"log source {source!r} has no log format: give it a preset (one of {', '.join(sorted(PRESETS))}) "
+                     "or a format named like it (--formats, or formats in the catalogue), or detect one with "
+                     "--auto-header (auto_header = true in the catalogue)")
 
 
 def interval_days(start: dt.date | dt.datetime | str, end: dt.date | dt.datetime | str | None = None) -> list[str]:

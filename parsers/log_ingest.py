@@ -324,6 +324,8 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
         "labels_path": str(labels_path) if labels_path else None,
         "state_path": str(state_path),
         "session": session.describe(),
+        "format": fmt.name,
+        "header": fmt.header_regex or fmt.header,
         "seconds": round(time.perf_counter() - start, 3),
     }
     logger.info("ingested %s: %s", log_path, report)

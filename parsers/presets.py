@@ -48,7 +48,32 @@ IP = (r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b", "IP")
 UUID = (r"\b[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}\b", "UUID")
 HEX = (r"\b0x[0-9a-fA-F]+\b", "HEX")
 NUM = (r"(?:\B[-+])?\b\d+(?:\.\d+)?\b", "NUM")  # a sign only when it starts the token
-DEFAULT_MASKS: tuple[tuple[str, str], ...] = (PATH, BLK, IP, UUID, HEX, NUM)
+# The HDFS preset's masks: the generic defaults before issue 23, kept so its figures stay.
+HDFS_MASKS: tuple[tuple[str, str], ...] = (PATH, BLK, IP, UUID, HEX, NUM)
+
+# Generic value shapes (issue 23), for a format that names no masks of its own. Order matters:
+# what may contain the others first (a URL or path holds dates and numbers, a date-time holds a
+# clock), numbers last. Each is one token to Drain, so a value whose text has spaces (``Sun Jul 10
+# 12:34:56 2005``) or a variable count of parts (``10.1.1.2,10.1.1.3``) no longer splits a template
+# by its length.
+URL = (r"\b[a-zA-Z][a-zA-Z0-9+.-]*://\S+", "URL")
+EMAIL = (r"\b[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b", "EMAIL")
+PATH_QUERY = (r"\B/(?:[\w.$\-]+/)+[\w.$\-]*(?:\?\S*)?", "PATH")  # PATH, and a URL's ?query after it
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*"
+DATETIME_TEXT = (r"\b(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*,?\s+" + _MONTH +
+                 r"\s+\d{1,2}\s+\d{1,2}:\d{2}:\d{2}(?:\s+\d{4})?\b", "DATETIME")  # Sun Jul 10 12:34:56 2005
+DATETIME_ISO = (r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b", "DATETIME")
+DATE = (r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b", "DATE")
+TIME = (r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b", "TIME")
+IP_LIST = (r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?:,\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?)*\b", "IP")
+HOST_PORT = (r"\b(?:[a-zA-Z0-9-]+\.)+[a-zA-Z][a-zA-Z0-9-]*:\d{1,5}\b", "HOST")  # a host name with a port
+ID_LIST = (r"\b[a-zA-Z]+_-?\d+(?:\s+[a-zA-Z]+_-?\d+)*\b", "ID")  # blk_-42, or a list of such ids as one value
+SIZE = (r"\b\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b", "SIZE")  # 384.0 B, 12 KB, 5 GiB, 1190 bytes
+VERSION = (r"\bv?\d+(?:\.\d+){2,}\b", "VERSION")  # 1.2.3, v6.1.7601.23505 (after IP: four parts)
+HEX_ID = (r"\b[0-9a-fA-F]*[0-9][0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|"
+          r"\b[0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*[0-9][0-9a-fA-F]*\b", "HEX")  # hex with digits and letters
+DEFAULT_MASKS: tuple[tuple[str, str], ...] = (URL, EMAIL, PATH_QUERY, DATETIME_TEXT, DATETIME_ISO, DATE, TIME,
+                                              IP_LIST, HOST_PORT, ID_LIST, UUID, HEX, SIZE, VERSION, HEX_ID, NUM)
 IP_SLASH = (r"/?" + IP[0], "IP")  # Zookeeper writes peers as /10.10.34.11:3888
 CLOCK = (r"\b\d{2}:\d{2}:\d{2}\b", "TIME")
 SIZE_UNIT = (r"\b[KGTM]?B\b", "UNIT")
@@ -144,7 +169,7 @@ _SYSLOG_RX = (r"^(?P<Month>[A-Z][a-z]{2})\s+(?P<Date>\d{1,2})\s+(?P<Time>\d{2}:\
               r"(?P<Component>.+?)(?:\[(?P<PID>\d+)\])?:\s*(?P<Content>.*)$")
 
 PRESETS: dict[str, LogFormat] = {
-    "hdfs": _fmt("hdfs", "<Date> <Time> <Pid> <Level> <Component>: <Content>", field_patterns=_HDFS_FIELDS,
+    "hdfs": _fmt("hdfs", "<Date> <Time> <Pid> <Level> <Component>: <Content>", HDFS_MASKS, field_patterns=_HDFS_FIELDS,
                  ts_fields=("Date", "Time"), ts_format="%y%m%d %H%M%S", id_pattern=r"blk_-?\d+",
                  key_names="hdfs.json"),
     "hadoop": _fmt("hadoop", "<Date> <Time> <Level> [<Process>] <Component>: <Content>",

@@ -6,6 +6,7 @@ Everything lives under one *data root*::
     <root>/labels/source=<src>/part-<input-stem>.parquet
     <root>/rejects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input-stem>.parquet
     <root>/state/drain3-<src>.json
+    <root>/state/format-<src>.json      (a log source's detected header: ingest --auto-header)
 
 Choices made here:
 
@@ -125,6 +126,12 @@ def labels_path(root, source: str, input_path) -> Path:
 def drain_state_path(root: str | os.PathLike, source: str) -> Path:
     """``<root>/state/drain3-<src>.json``: Drain3 persistence, continued across runs."""
     return Path(root) / "state" / f"drain3-{_check_source(source)}.json"
+
+
+def detected_format_path(root: str | os.PathLike, source: str) -> Path:
+    """``<root>/state/format-<src>.json``: the header detected for a log source (``--auto-header``),
+    so that every later file of the source splits into the same fields."""
+    return Path(root) / "state" / f"format-{_check_source(source)}.json"
 
 
 # --------------------------------------------------------------------------- writing

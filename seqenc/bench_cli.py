@@ -57,7 +57,7 @@ def cmd_bench_model(args) -> int:
 def cmd_bench_parse(args) -> int:
     from parsers.accuracy import bench_parse, parse_table, write_parse_outputs
 
-    result = bench_parse(args.loghub)
+    result = bench_parse(args.loghub, formats_file=args.formats, auto_header=args.auto_header)
     paths = write_parse_outputs(result, args.json)
     print(parse_table(result))
     if result["below_published_drain"]:
@@ -124,6 +124,12 @@ def add_bench_parser(sub) -> None:
                          "Drain3 with our masks and thresholds, and ours on the true Content")
     bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
     bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
+    bp.add_argument("--formats", default=None, metavar="JSON",
+                    help="user log formats (parsers/presets.py: load_formats); a format named like a dataset "
+                         "(lower-cased folder name) parses it before any preset")
+    bp.add_argument("--auto-header", action="store_true",
+                    help="also parse every dataset with a detected header (parsers/header_detect.py); it is the "
+                         "headline GA of a dataset with neither format nor preset")
     bp.set_defaults(func=cmd_bench_parse)
     ba = bsub.add_parser("accuracy", help="every training mode and a count baseline on four datasets (five on request), same splits")
     ba.add_argument("--data", required=True, help="the shared data folder (hdfs_deeplog/, loghub/)")

@@ -79,6 +79,8 @@ class Source(_Strict):
     # logs: a parsers.presets name or a name in `formats` (a JSON of user formats)
     preset: str | None = None
     formats: str | None = None
+    # logs with neither: detect the header from the file's first lines (parsers.header_detect)
+    auto_header: bool = False
     # logs: sequences by the ids this regex finds in the content (default: the preset's), or by
     # `session_field` (a header field) and time windows of `window` seconds every `step` seconds
     session_id: str | None = None
@@ -97,9 +99,10 @@ class Source(_Strict):
     def _by_kind(self) -> Source:
         if self.kind == "logs" and self.ts_field:
             raise ValueError("ts_field is for events; log times come from the log format")
-        if self.kind == "events" and (self.preset or self.formats or self.session_id or self.window):
-            raise ValueError("preset, formats, session_id and window are for logs; events use session_field and "
-                             "ts_field")
+        if self.kind == "events" and (self.preset or self.formats or self.auto_header or self.session_id
+                                      or self.window):
+            raise ValueError("preset, formats, auto_header, session_id and window are for logs; events use "
+                             "session_field and ts_field")
         if self.window is None and self.step is not None:
             raise ValueError("step needs window")
         return self

@@ -9,7 +9,8 @@
     seqenc evaluate --workdir DIR --task T [--model URI] [--split S | --date D]   a task's metrics on labelled data
     seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
     seqenc bench model --json OUT  TVM-KA vs flattened BERT (cut at the window and whole): time, peak memory
-    seqenc bench parse --loghub DIR --json OUT   Grouping Accuracy of our parser vs Drain3 (defaults, our masks)
+    seqenc logformat suggest FILE  a header for a log file of unknown layout (first line), and a formats JSON
+    seqenc bench parse --loghub DIR --json OUT   GA and PA of our parser vs Drain3 ([--formats F] [--auto-header])
     seqenc bench ingest --lines N --json OUT     ingest throughput vs a Drain3 loop (cached and not), peak RSS
     seqenc bench accuracy --data DIR --json OUT  every training mode + count baselines, same splits (docs/benchmarks.md)
     seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
@@ -91,7 +92,7 @@ def _source_spec(args, kind: str):
     if spec.kind != kind:
         raise ValueError(f"source {args.source!r} is declared as {spec.kind} in the catalogue; use "
                          f"seqenc ingest {spec.kind}")
-    given = {name: getattr(args, name) for name in ("preset", "formats", "session_field", "ts_field",
+    given = {name: getattr(args, name) for name in ("preset", "formats", "auto_header", "session_field", "ts_field",
                                                     "label_id_column", "label_column", "max_reject_share")
              if getattr(args, name, None) is not None}
     if getattr(args, "session_id", None):
@@ -161,6 +162,23 @@ def cmd_profile(args) -> int:
         print(f"\nappended to {args.write_task}:\n{text}")
     else:
         print(f"\nstarter task (add it with --write-task CATALOG):\n{task_toml(name, task)}")
+    return 0
+
+
+def cmd_logformat_suggest(args) -> int:
+    from parsers.header_detect import read_sample, suggest_header
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise FileNotFoundError(f"no log file {path}: give the path of a raw log file")
+    suggestion = suggest_header(read_sample(path, args.lines))
+    name = args.name or "".join(c if c.isalnum() else "_" for c in path.name.split(".")[0].lower()) or "mylog"
+    print(suggestion.header)
+    print(json.dumps({"formats": {name: suggestion.format_spec()}}))
+    print(f"# {suggestion.coverage:.1%} of {suggestion.sample} sample lines match; fields: "
+          f"{', '.join(suggestion.fields) or 'none (the whole line is Content)'}; timestamp: "
+          f"{suggestion.ts_format or 'none found'}. Save the JSON line as a formats file and pass "
+          f"--formats FILE --preset {name} to seqenc ingest logs (or ingest with --auto-header)")
     return 0
 
 
@@ -301,7 +319,11 @@ def build_parser() -> argparse.ArgumentParser:
                            "openstack, apache, or a name from --formats (default: the catalogue's, else the "
                            "preset named like the source)")
     logs.add_argument("--formats", default=None, metavar="JSON",
-                      help="user log formats (see parsers/presets.py: load_formats)")
+                      help="user log formats (see parsers/presets.py: load_formats); one named like the source is "
+                           "used when no --preset is given")
+    logs.add_argument("--auto-header", action="store_true", default=None,
+                      help="a source with neither preset nor format: detect the header from the file's first "
+                           "lines (seqenc logformat suggest shows what it finds)")
     logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
     logs.add_argument("--session-id", default=None, metavar="REGEX",
                       help="group lines by the ids this regex finds in the content (default: the format's)")
@@ -432,6 +454,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="where the model scores: auto (default: CUDA when present, else CPU), cpu, cuda, cuda:1, mps")
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)
+
+    logformat = sub.add_parser("logformat", help="log formats: propose a header for a log file")
+    lsub = logformat.add_subparsers(dest="logformat", required=True)
+    suggest = lsub.add_parser("suggest", help="read a sample of a log file and print a proposed header (first line) "
+                              "and a one-line formats JSON to paste")
+    suggest.add_argument("file", help="raw log file (plain or .gz)")
+    suggest.add_argument("--lines", type=int, default=2000, help="sample size: the first N non-blank lines")
+    suggest.add_argument("--name", default=None, help="the format's name in the JSON (default: from the file name)")
+    suggest.set_defaults(func=cmd_logformat_suggest)
 
     add_bench_parser(sub)
     return parser

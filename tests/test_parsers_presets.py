@@ -219,7 +219,7 @@ def test_vectorised_masking_equals_drain3_masker(name):
     from parsers import columns
 
     _, _, _, contents = read_loghub_folder(loghub() / name)
-    for fmt in PRESETS.values():
+    for fmt in [*PRESETS.values(), LogFormat("generic")]:  # and the generic default masks
         miner = make_miner(fmt, None)
         rust = pl.DataFrame({"c": contents}).select(columns.mask(pl.col("c"), fmt)).to_series().to_list()
         assert rust == [miner.masker.mask(c) for c in contents], (name, fmt.name)
