@@ -5,8 +5,9 @@ Choices (the long-form ``objects`` table is in ``docs/data-layout.md``):
 * Nested objects become dotted keys (``payload.page``); list items get their index
   (``payload.items.0``). Keys keep the order of the JSON document.
 * Scalars are kept as text: strings as they are, ``true``/``false`` for booleans, numbers as
-  JSON writes them (``12``, ``0.5``). ``null`` values, empty objects and empty lists are
-  *skipped*: for a sequence model a missing key and a null key say the same thing.
+  JSON writes them (``12``, ``0.5``, ``NaN``). ``null`` values, empty objects and empty lists are
+  *dropped and counted* (the report's ``null_values`` and ``empty_containers``): for a sequence
+  model a missing key and a null key say the same thing, and nothing disappears uncounted.
 * ``session_field`` and ``ts_field`` (dotted paths allowed) pick the session id and the
   timestamp; they are stored in ``sequence_id`` / ``ts`` and not repeated as keys.
 * Timestamps: an ISO-8601 string (``Z`` or an offset allowed; no offset means UTC) or a
@@ -15,8 +16,13 @@ Choices (the long-form ``objects`` table is in ``docs/data-layout.md``):
 * Within a session, ``step`` orders events by timestamp, then by line number (arrival);
   the rows themselves are written in input order.
 * Rejected with a reason: undecodable bytes, invalid JSON, a JSON value that is not an
-  object, missing / empty session id, missing timestamp, unparseable timestamp. Blank lines
-  are counted (``blank``) and skipped.
+  object, missing / empty session id, missing timestamp, unparseable timestamp -- and what a
+  broken producer writes that Python's JSON reader would crash on or keep ambiguous: nesting
+  deeper than ``MAX_DEPTH`` levels (``[[[[...`` 5,000 deep made ingest die with a
+  RecursionError before), a number too long to convert, a key twice in one object (JSON leaves
+  its meaning open), a lone surrogate escape (``"\\ud800"``: not text Parquet can hold), more
+  than ``MAX_KEYS`` keys in one event. A byte-order mark at the start of a line is not data
+  and is dropped. Blank lines are counted (``blank``) and skipped.
 """
 
 from __future__ import annotations
@@ -36,6 +42,12 @@ logger = logging.getLogger(__name__)
 
 _EPOCH = dt.datetime(1970, 1, 1)
 _EPOCH_MS_ABOVE = 1e11  # 1e11 seconds is the year 5138: larger numbers must be milliseconds
+MAX_DEPTH = 64  # levels of nested objects and lists an event may have
+MAX_KEYS = 10_000  # keys (flattened leaves) one event may have
+
+
+class BadEvent(ValueError):
+    """A line that parses as JSON but cannot be an event: the message is the reject reason."""
 
 
 def scalar_text(value) -> str:
@@ -45,22 +57,68 @@ def scalar_text(value) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def flatten(obj: dict, prefix: str = "") -> list[tuple[str, str]]:
-    """``{"a": {"b": [1, true]}}`` -> ``[("a.b.0", "1"), ("a.b.1", "true")]`` (nulls skipped)."""
+def flatten(obj: dict, prefix: str = "", counts: dict[str, int] | None = None) -> list[tuple[str, str]]:
+    """``{"a": {"b": [1, true]}}`` -> ``[("a.b.0", "1"), ("a.b.1", "true")]``. Nulls and empty
+    containers are dropped and counted in ``counts`` (``null_values``, ``empty_containers``);
+    :class:`BadEvent` when the object nests deeper than MAX_DEPTH or has more than MAX_KEYS keys."""
     out: list[tuple[str, str]] = []
-    _flatten_into(obj, prefix, out)
+    _flatten_into(obj, prefix, out, 0, counts if counts is not None else {})
     return out
 
 
-def _flatten_into(value, key: str, out: list[tuple[str, str]]) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            _flatten_into(v, f"{key}.{k}" if key else str(k), out)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _flatten_into(v, f"{key}.{i}" if key else str(i), out)
-    elif value is not None:
+def _flatten_into(value, key: str, out: list[tuple[str, str]], depth: int, counts: dict[str, int]) -> None:
+    if isinstance(value, dict | list):
+        if depth >= MAX_DEPTH:
+            raise BadEvent(f"nested deeper than {MAX_DEPTH} levels")
+        if not value:
+            counts["empty_containers"] = counts.get("empty_containers", 0) + 1
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for k, v in items:
+            _flatten_into(v, f"{key}.{k}" if key else str(k), out, depth + 1, counts)
+    elif value is None:
+        counts["null_values"] = counts.get("null_values", 0) + 1
+    else:
+        if len(out) >= MAX_KEYS:
+            raise BadEvent(f"more than {MAX_KEYS} keys in one event")
         out.append((key, scalar_text(value)))
+
+
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
+    """json.loads' object hook: the object, or BadEvent naming a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise BadEvent(f"duplicate key {k[:64]!r} in one object")
+            seen.add(k)
+    return obj
+
+
+def load_event(text: str):
+    """``json.loads`` for one line, with the module docstring's rejects as :class:`BadEvent` (or
+    json.JSONDecodeError): deep nesting, over-long numbers, duplicate keys. A leading
+    byte-order mark is dropped."""
+    try:
+        return json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_no_duplicates)
+    except RecursionError:
+        raise BadEvent(f"nested deeper than {MAX_DEPTH} levels") from None
+    except json.JSONDecodeError:
+        raise
+    except BadEvent:
+        raise
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise BadEvent(f"invalid JSON number: {str(exc)[:80]}") from None
+
+
+def _not_text(strings) -> bool:
+    """True when a string holds a lone surrogate (from a ``\\udXXX`` escape): not UTF-8."""
+    try:
+        for x in strings:
+            x.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _lookup(obj: dict, dotted: str):
@@ -94,16 +152,20 @@ def _session_id(value) -> str | None:
     return text or None
 
 
-def _parse_events(lines: pl.DataFrame, session_field: str, ts_field: str, rejects: list) -> pl.DataFrame:
+def _parse_events(lines: pl.DataFrame, session_field: str, ts_field: str, rejects: list,
+                  counts: dict[str, int]) -> pl.DataFrame:
     """A batch of lines -> its events ``line_no, sequence_id, ts_us, keys, values``; the rest
-    becomes rejects with their reason."""
+    becomes rejects with their reason; dropped nulls and empty containers add to ``counts``."""
     skip_keys = {session_field, ts_field}
     out: dict[str, list] = {"line_no": [], "sequence_id": [], "ts_us": [], "keys": [], "values": []}
     for line_no, text in lines.iter_rows():
         try:
-            obj = json.loads(text)
+            obj = load_event(text)
         except json.JSONDecodeError as exc:
             rejects.append((line_no, f"invalid JSON: {exc.msg} at column {exc.colno}", text))
+            continue
+        except BadEvent as exc:
+            rejects.append((line_no, str(exc), text))
             continue
         if not isinstance(obj, dict):
             rejects.append((line_no, f"not a JSON object ({type(obj).__name__})", text))
@@ -121,7 +183,18 @@ def _parse_events(lines: pl.DataFrame, session_field: str, ts_field: str, reject
         except (ValueError, TypeError, OverflowError, OSError):
             rejects.append((line_no, f"bad timestamp: {str(ts_value)[:64]!r}", text))
             continue
-        kv = [(k, v) for k, v in flatten(obj) if k not in skip_keys]
+        line_counts: dict[str, int] = {}
+        try:
+            kv = [(k, v) for k, v in flatten(obj, counts=line_counts) if k not in skip_keys]
+        except BadEvent as exc:
+            rejects.append((line_no, str(exc), text))
+            continue
+        if _not_text([sid] + [x for pair in kv for x in pair]):
+            rejects.append((line_no, "a lone surrogate escape (\\ud800-\\udfff) in the session id, a key or a value",
+                            text))
+            continue
+        for name, n in line_counts.items():
+            counts[name] = counts.get(name, 0) + n
         out["line_no"].append(line_no)
         out["sequence_id"].append(sid)
         out["ts_us"].append((ts - _EPOCH) // dt.timedelta(microseconds=1))
@@ -142,7 +215,7 @@ def ingest_events(
     batch by batch. Rows are in input order; ``step`` orders a session's events.
 
     Returns a report: ``read, parsed, rejected, reject_share, blank, objects, rows, sequences,
-    objects_path, rejects_path, seconds``. Outputs are written in any case; a reject share above
+    null_values, empty_containers, objects_path, rejects_path, seconds``. Outputs are written in any case; a reject share above
     ``max_reject_share`` then raises ``parsers.storage.RejectShareExceeded``.
     """
     start = time.perf_counter()
@@ -151,9 +224,10 @@ def ingest_events(
     reader = storage.LineReader(path, rejects)
     obj_path = storage.objects_path(root, source, ingest_date, path)
     sequences = SequenceRows()
+    dropped = {"null_values": 0, "empty_containers": 0}
     with Spill(obj_path) as spill:
         for lines in reader.frames(batch_lines):
-            events = _parse_events(lines, session_field, ts_field, rejects)
+            events = _parse_events(lines, session_field, ts_field, rejects, dropped)
             sequences.add(events["line_no"], events["sequence_id"], events["ts_us"])
             spill.write(events.select("line_no", "keys", "values"))
         sequences.finish()
@@ -178,6 +252,7 @@ def ingest_events(
         "objects": sequences.frame.height,
         "rows": n_rows,
         "sequences": len(sequences.names),
+        **dropped,
         "objects_path": str(obj_path),
         "rejects_path": str(rej_path) if rej_path else None,
         "seconds": round(time.perf_counter() - start, 3),

@@ -25,6 +25,7 @@ import csv
 import datetime as dt
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,41 +165,61 @@ class LineParser:
         return ParsedLine(groups, ts, cluster)
 
 
+def _label_rows(csv_path: Path, rejects: list) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, cells)`` of a labels CSV, one row a line (a quoted field does not span
+    lines). A line with undecodable bytes or a NUL byte, or one the csv module cannot read (a
+    field over its size limit), is a reject with the reason; a byte-order mark is dropped."""
+    with csv_path.open("rb") as fh:
+        for line_no, raw in enumerate(fh, 1):
+            if line_no == 1:
+                raw = raw.removeprefix(b"\xef\xbb\xbf")
+            text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+            if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
+                rejects.append((line_no, "undecodable bytes (not UTF-8)", text))
+            elif "\x00" in text:
+                rejects.append((line_no, "a NUL byte in the row", text.replace("\x00", "\\0")))
+            else:
+                try:
+                    yield line_no, next(csv.reader([text]), [])
+                except csv.Error as exc:
+                    rejects.append((line_no, f"not a CSV row: {exc}", text))
+
+
 def ingest_labels(csv_path, root, source: str, id_column: str | None = None, label_column: str | None = None,
                   ingest_date=None, part_stem: str | None = None) -> dict:
     """Write a labels CSV (with header) as ``labels/source=<src>/part-<stem>.parquet``.
 
     ``id_column`` / ``label_column`` default to the first and second CSV column (LogHub's
     ``BlockId,Label``, the session generator's ``session_id,label``). Rows with an empty id or
-    label, or a repeated id, go to rejects (the ``ingest_date`` partition, default today) with a
-    reason. ``part_stem`` names the part instead of the file's stem (the landing ingest gives
+    label, or a repeated id, and lines that are not a readable row (:func:`_label_rows`) go to
+    rejects (the ``ingest_date`` partition, default today) with a reason (a blank row: a missing id). ``part_stem`` names the part instead of the file's stem (the landing ingest gives
     each day's ``labels.csv`` its own part, parsers.landing).
     """
     csv_path = Path(csv_path)
     ids, labels, rejects, seen = [], [], [], set()
-    with csv_path.open(newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if not header:
-            raise ValueError(f"labels file {csv_path} is empty; it needs a header row and one row per sequence")
-        for name in (id_column, label_column):
-            if name is not None and name not in header:
-                raise ValueError(f"labels file {csv_path} has no column {name!r}; its columns: {', '.join(header)} "
-                                 "(set label_id_column / label_column, or --label-id-column / --label-column)")
-        if len(header) < 2 and (id_column is None or label_column is None):
-            raise ValueError(f"labels file {csv_path} has one column ({header[0]!r}); it needs an id and a label column")
-        id_i = header.index(id_column) if id_column else 0
-        lab_i = header.index(label_column) if label_column else 1
-        for line_no, row in enumerate(reader, 2):
-            sid = row[id_i].strip() if len(row) > id_i else ""
-            label = row[lab_i].strip() if len(row) > lab_i else ""
-            reason = "missing id or label" if not sid or not label else "duplicate id" if sid in seen else None
-            if reason:
-                rejects.append((line_no, reason, ",".join(row)))
-                continue
-            seen.add(sid)
-            ids.append(sid)
-            labels.append(label)
+    rows = _label_rows(csv_path, rejects)
+    header = next((row for _, row in rows if any(cell.strip() for cell in row)), None)
+    if not header:
+        raise ValueError(f"labels file {csv_path} is empty; it needs a header row and one row per sequence")
+    for name in (id_column, label_column):
+        if name is not None and name not in header:
+            raise ValueError(f"labels file {csv_path} has no column {name!r}; its columns: {', '.join(header)} "
+                             "(set label_id_column / label_column, or --label-id-column / --label-column)")
+    if len(header) < 2 and (id_column is None or label_column is None):
+        raise ValueError(f"labels file {csv_path} has one column ({header[0]!r}); it needs an id and a label column")
+    id_i = header.index(id_column) if id_column else 0
+    lab_i = header.index(label_column) if label_column else 1
+    for line_no, row in rows:
+        sid = row[id_i].strip() if len(row) > id_i else ""
+        label = row[lab_i].strip() if len(row) > lab_i else ""
+        reason = "missing id or label" if not sid or not label else "duplicate id" if sid in seen else None
+        if reason:
+            rejects.append((line_no, reason, ",".join(row)))
+            continue
+        seen.add(sid)
+        ids.append(sid)
+        labels.append(label)
+    rejects.sort(key=lambda r: r[0])
     named_as = Path(part_stem + ".csv") if part_stem else csv_path
     path = storage.labels_path(root, source, named_as)
     storage.write_parquet_atomic(pa.table({"sequence_id": ids, "label": labels}, schema=storage.LABELS_SCHEMA), path)
