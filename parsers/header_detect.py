@@ -17,7 +17,8 @@ header, so they count against every later field too). Kinds:
 * ``bracket``: ``[...]`` (one level of nesting, as ``[QuorumPeer[myid=1]/...]``), the brackets
   literal; ``level``: a log level word (INFO, Warning, notice, ..., or one capital of V D I W E
   F A); ``component``: a name ending in ``:`` (``dfs.DataNode$PacketResponder:``,
-  ``sshd(pam_unix)[19939]:``, ``kernel[0]:``) -- the header ends after it;
+  ``sshd(pam_unix)[19939]:``, ``kernel[0]:``, ``launchd[1] (com.apple.xpc):``) -- the header ends
+  after it;
   ``number``: digits (a pid, a thread, a sequence number); ``dash``: a lone ``-`` separator;
 * ``token``: any other word. It joins the header only when a typed field (any kind above)
   follows it: a run of words that leads to no typed field is the start of the content.
@@ -79,7 +80,7 @@ KINDS = {  # name: pattern matched at a line's offset (Python re, look-arounds a
     "timestamp": re.compile("(?:" + "|".join(_TIMESTAMPS) + ")" + _END),
     "bracket": re.compile(r"\[[^\[\]]*(?:\[[^\[\]]*\][^\[\]]*)*\]"),
     "level": re.compile("(?:" + _LEVEL + ")" + _END),
-    "component": re.compile(r"[^\s\[\]:|,;{}\"'=]+(?:\([^()\s]*\))?(?:\[[^\[\]\s]*\])?(?:\([^()]*\))?:(?=\s|$)"),
+    "component": re.compile(r"[^\s\[\]:|,;{}\"'=]+(?:\([^()\s]*\))?(?:\[[^\[\]\s]*\])?(?:\s?\([^()]*\))?:(?=\s|$)"),
     "number": re.compile(r"\d+" + _END),
     "dash": re.compile(r"-(?=\s)"),
     "token": re.compile(r"[^\s|,;\"'{]\S*?(?=[\s|,;]|$)"),  # a word; a quoted one is content

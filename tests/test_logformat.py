@@ -47,7 +47,8 @@ SHAPES = {
     "pipes": (lambda r, i: f"20171223-22:15:{i % 60:02d}:606|{r.choice(['Step_LSC', 'Step_SPUtils'])}|{30002312 + i}|"
               f"{_content(r)}", "<Timestamp>|<Field>|<Pid>|<Content>"),
     "syslog-like": (lambda r, i: f"Jul  {1 + i % 9} 09:00:{i % 60:02d} host-10-1 "
-                    f"{r.choice(['kernel[0]', 'sshd(pam_unix)[2915]', 'cron'])}: {_content(r)}",
+                    f"{r.choice(['kernel[0]', 'sshd(pam_unix)[2915]', 'cron', 'launchd[1] (com.apple.x.35704)'])}: "
+                    f"{_content(r)}",
                     "<Month> <Day> <Time> <Field> <Component>: <Content>"),
     "bracket-time": (lambda r, i: f"[10.30 16:49:{i % 60:02d}] {r.choice(['chrome.exe', 'svc.exe'])} - {_content(r)}",
                      "[<Time>] <Field> - <Content>"),
