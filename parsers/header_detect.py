@@ -85,7 +85,6 @@ KINDS = {  # name: pattern matched at a line's offset (Python re, look-arounds a
     "dash": re.compile(r"-(?=\s)"),
     "token": re.compile(r"[^\s|,;\"'{]\S*?(?=[\s|,;]|$)"),  # a word; a quoted one is content
 }
-TYPED = ("timestamp", "bracket", "level", "component", "number", "dash")
 SEPARATORS = (",", "|", ";")
 FIELD_PATTERNS = {"level": r"\S+", "number": r"\d+", "token": r"\S+"}
 
@@ -141,16 +140,6 @@ def _ts_format(values: list[str]) -> str | None:
     return None
 
 
-def _plausible_compact(values: list[str]) -> bool:
-    """``yymmdd hhmmss`` pairs: months, days, hours, minutes and seconds in range."""
-    try:
-        for v in values:
-            dt.datetime.strptime(v, "%y%m%d %H%M%S")
-    except ValueError:
-        return False
-    return True
-
-
 def _scan(lines: list[str]) -> list[_Step]:
     """The left-to-right pass of the module docstring: the chosen steps, trailing words trimmed."""
     n = len(lines)
@@ -166,7 +155,7 @@ def _scan(lines: list[str]) -> list[_Step]:
             if len(hits) < SHARE * n:
                 continue
             if kind == "timestamp" and all(re.fullmatch(r"\d{6}\s+\d{6}", m.group(0)) for m in hits.values()) \
-                    and not _plausible_compact([" ".join(m.group(0).split()) for m in hits.values()]):
+                    and _ts_format([" ".join(m.group(0).split()) for m in hits.values()]) != "%y%m%d %H%M%S":
                 continue  # two six-digit numbers that are not a date and a time
             chosen = kind, hits
             break
