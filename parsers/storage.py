@@ -71,9 +71,9 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
 def _check_source(source: str) -> str:
-    if not source or _UNSAFE_NAME.search(source):
-        raise ValueError(f"source must be a non-empty name of [A-Za-z0-9_.-], got {source!r}")
-    return source
+    from seqenc.catalog import check_name
+
+    return check_name(source, "source")
 
 
 def ingest_date_str(ingest_date: str | dt.date | None = None) -> str:

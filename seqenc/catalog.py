@@ -63,6 +63,21 @@ DEMO_GENERATORS = ("hdfs_logs", "session_events", "purchases")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 
 
+class UnsafeName(ValueError):
+    """A name from a user (source, task, model, partition) that cannot safely become a folder or a
+    model name: the CLI refuses it with exit code 2 before anything is written."""
+
+
+def check_name(name, what: str = "name") -> str:
+    """``name`` when it is 1-64 characters of [A-Za-z0-9_.-] starting with a letter or digit (no
+    ``..``, ``/``, NUL, absolute path or hidden file can pass); :class:`UnsafeName` otherwise."""
+    if not isinstance(name, str) or not NAME.match(name):
+        shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:80]) + "..."
+        raise UnsafeName(f"{what} {shown} is not a safe name: use 1-64 characters of [A-Za-z0-9_.-], starting "
+                         "with a letter or digit")
+    return name
+
+
 class CatalogError(ValueError):
     """A catalogue that cannot be used; the message names the file, the table and the field."""
 

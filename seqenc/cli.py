@@ -474,8 +474,18 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for noisy in ("alembic", "mlflow.store", "drain3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    from seqenc.catalog import UnsafeName, check_name
+
     try:
+        for attr, what in (("source", "source"), ("task", "task"), ("task_name", "task name")):
+            if getattr(args, attr, None) is not None:  # before anything is read or written
+                check_name(getattr(args, attr), what)
         return args.func(args)
+    except UnsafeName as err:  # a name that would become a path: refused, exit code 2
+        if args.verbose:
+            raise
+        print(f"seqenc {args.command}: {err}", file=sys.stderr)
+        return 2
     except (ValueError, FileNotFoundError) as err:  # what a user can fix: one line, the traceback with -v
         if args.verbose:
             raise

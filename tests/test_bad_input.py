@@ -140,3 +140,32 @@ def test_labels_bad_rows_are_rejected_with_a_reason(tmp_path):
     assert (report["labels"], report["rejected"]) == (2, 3)
     reasons = pl.read_parquet(report["rejects_path"]).sort("line_no")["reason"].to_list()
     assert "NUL" in reasons[0] and "undecodable" in reasons[1] and reasons[2] == "duplicate id"
+
+
+UNSAFE = ["../x", "..", "/etc/passwd", "a/b", "a\x00b", ".hidden", "x" * 65, "", "a b", "C:\\x"]
+
+
+@pytest.mark.parametrize("bad", UNSAFE)
+def test_unsafe_names_are_refused_with_exit_code_2_and_nothing_is_written(tmp_path, capsys, bad):
+    from seqenc.cli import main
+
+    events = tmp_path / "ev.jsonl"
+    events.write_text(_event("1") + "\n")
+    root = tmp_path / "root"
+    commands = [["ingest", "events", str(events), "--root", str(root), "--source", bad],
+                ["ingest", "logs", str(events), "--root", str(root), "--source", bad],
+                ["profile", "--root", str(root), "--source", bad],
+                ["train", "--workdir", str(tmp_path / "w"), "--task", bad],
+                ["evaluate", "--workdir", str(tmp_path / "w"), "--task", bad],
+                ["score", "--model", str(tmp_path / "m"), "--input", str(root), "--out", str(tmp_path / "o"),
+                 "--source", bad]]
+    for argv in commands:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "not a safe name" in err[0], err
+    assert not any(tmp_path.glob("root")) and not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+    from parsers.storage import objects_dir
+    from seqenc.catalog import UnsafeName
+
+    with pytest.raises(UnsafeName):
+        objects_dir(root, bad)
