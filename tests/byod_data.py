@@ -5,11 +5,13 @@ own), each with a real signal for a model to learn (seeded)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import random
 from pathlib import Path
 
-STAGES = ("kumquat", "zebu", "quokka", "yak")  # a 4-class label with arbitrary names
+# a 4-class label with arbitrary names, one with the characters MLflow metric names refuse
+STAGES = ("kumquat", "zebu", "quokka", "yak & co's, ltd")
 LOG_FORMATS = {"formats": {"vaultlog": {
     "header": "<Date> <Time> <Level> <Component>: <Content>", "ts_fields": ["Date", "Time"],
     "ts_format": "%Y-%m-%d %H:%M:%S", "id_pattern": r"(sess-\d+)"}}}
@@ -25,7 +27,7 @@ def write_orders(folder: Path, n_orders: int = 160, seed: int = 0, day: str = "2
         oid = f"ord-{seed}-{i:04d}"
         stage = STAGES[i % 4]
         actions = ["view"] * rng.randint(1, 3) + ["cart"]
-        actions += {"kumquat": ["pay", "ship", "refund"], "zebu": ["pay", "ship"], "quokka": ["pay"], "yak": []}[stage]
+        actions += {"kumquat": ["pay", "ship", "refund"], "zebu": ["pay", "ship"], "quokka": ["pay"], STAGES[3]: []}[stage]
         fraud = rng.random() < 0.3
         country = "XQ" if fraud else rng.choice(["FR", "DE", "NL", "PT"])
         for j, action in enumerate(actions):
@@ -36,7 +38,8 @@ def write_orders(folder: Path, n_orders: int = 160, seed: int = 0, day: str = "2
         stages.append((oid, stage))
         risks.append((oid, "fraud" if fraud else "legit"))
     (folder / "orders.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-    (folder / "stage.csv").write_text("order_ref,stage\n" + "".join(f"{a},{b}\n" for a, b in stages))
+    with (folder / "stage.csv").open("w", newline="") as fh:  # csv quotes the class with a comma
+        csv.writer(fh).writerows([("order_ref", "stage"), *stages])
     (folder / "risk.csv").write_text("comment,order_ref,risk\n" + "".join(f"x,{a},{b}\n" for a, b in risks))
     return {"events": folder / "orders.jsonl", "stage": folder / "stage.csv", "risk": folder / "risk.csv"}
 

@@ -160,7 +160,7 @@ def _log_run(summary: dict, predictions: pl.DataFrame, store_dir) -> str:
                    if k in summary}
         metrics.update({f"label_count/{c}": v for c, v in summary["label_count"].items()})
         metrics.update({f"label_share/{c}": v for c, v in summary["label_share"].items()})
-        mlflow.log_metrics({k: float(v) for k, v in metrics.items()})
+        mlflow.log_metrics({tracking.mlflow_key(k): float(v) for k, v in metrics.items()})
         with tempfile.TemporaryDirectory() as tmp:
             plot_score_histogram(predictions["score"].to_numpy(), predictions["label"].to_list(),
                                  Path(tmp) / "score_histogram.png",

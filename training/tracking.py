@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,7 +147,7 @@ def run(out_dir: str | Path, run_name: str, params: dict, tags: dict | None = No
     experiment_id = _experiment_id(out_dir, experiment)
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as active:
         mlflow.set_tags({"git_commit": git_commit(), **(tags or {})})
-        mlflow.log_params({k: str(v)[:500] for k, v in flatten(params).items()})
+        mlflow.log_params({mlflow_key(k): str(v)[:500] for k, v in flatten(params).items()})
         yield active
 
 
@@ -164,9 +165,19 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+_METRIC_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+def mlflow_key(name: str) -> str:
+    """A metric or parameter name MLflow accepts (letters, digits, ``_ - . /`` and spaces): any
+    other character -- a class named ``R&D``, ``can't``, ``a,b`` -- becomes ``_``. Metric and
+    parameter names carry class names (``label_count/<class>``, ``data.class_counts.<class>``)."""
+    return _METRIC_UNSAFE.sub("_", str(name))
+
+
 def log_metrics(metrics: dict, step: int) -> None:
-    numeric = {k: float(v) for k, v in metrics.items()
-               if isinstance(v, (int, float)) and step > _logged.get(k, -1)}
+    numeric = {mlflow_key(k): float(v) for k, v in metrics.items()
+               if isinstance(v, (int, float)) and step > _logged.get(mlflow_key(k), -1)}
     if numeric:
         mlflow.log_metrics(numeric, step=step)
 
