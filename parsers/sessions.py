@@ -9,7 +9,8 @@ Two ways, set per log format (``LogFormat.session``) or on the command line:
   logs without a natural id (BGL, Thunderbird): lines are grouped by a header field (None: one
   stream) and by time window. ``step_s == window_s`` (default) gives fixed windows, each line in
   exactly one; ``step_s < window_s`` gives sliding windows, a line in every window that covers
-  it. The sequence id is ``<field value>@<window start, ISO 8601 UTC>``. A line without a
+  it (at most ``MAX_WINDOWS_PER_LINE``: a spec over it is refused with the count, where the
+  windows were silently capped before). The sequence id is ``<field value>@<window start, ISO 8601 UTC>``. A line without a
   timestamp cannot be placed and is rejected with that reason.
 """
 
@@ -20,6 +21,9 @@ import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
+
+# sliding windows: a line joins window / step of them; more is a mistake (a tiny --step), refused
+MAX_WINDOWS_PER_LINE = 1000
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,10 @@ class SessionSpec:
         step = self.step_s if self.step_s is not None else self.window_s
         if step is not None and not 0 < step <= self.window_s:
             raise ValueError(f"step_s={self.step_s} must lie in (0, window_s]")
+        if step is not None and math.ceil(self.window_s / step) > MAX_WINDOWS_PER_LINE:
+            raise ValueError(f"window {self.window_s:g} s every {step:g} s puts each line in "
+                             f"{math.ceil(self.window_s / step)} windows; at most {MAX_WINDOWS_PER_LINE}: "
+                             "use a larger step")
         if self.id_pattern:
             re.compile(self.id_pattern)
 
@@ -65,4 +73,4 @@ class SessionSpec:
         last = math.floor(t / self.step)  # the latest window starting at or before t
         first = math.floor((t - self.window_s) / self.step) + 1  # the earliest one still covering t
         return [f"{owner}@{dt.datetime.fromtimestamp(k * self.step, dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
-                for k in range(max(first, last - 10_000), last + 1)]
+                for k in range(first, last + 1)]

@@ -67,3 +67,13 @@ def test_reject_share_threshold_fails_the_command_but_keeps_the_outputs(tmp_path
     assert storage.read_rejects(tmp_path / "d", "hdfs").height == 2  # written either way
     assert storage.read_objects(tmp_path / "d", "hdfs").height > 0
     assert main([*args, "--max-reject-share", "0.25"]) == 0
+
+
+def test_a_step_that_puts_a_line_in_too_many_windows_is_refused_not_capped():
+    from parsers.sessions import MAX_WINDOWS_PER_LINE, SessionSpec
+
+    ok = SessionSpec(window_s=3600, step_s=3600 / MAX_WINDOWS_PER_LINE)
+    ts = dt.datetime(2025, 1, 1, 12, 0, 0)
+    assert len(ok.sequence_ids({}, "", ts)) == MAX_WINDOWS_PER_LINE
+    with pytest.raises(ValueError, match="windows; at most 1000: use a larger step"):
+        SessionSpec(window_s=3600, step_s=1)
