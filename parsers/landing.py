@@ -190,9 +190,21 @@ def ingest_file(item: dict, root: str | Path, catalog=None) -> dict:
     return {**out, "path": str(path), "source": source, "date": day, "kind": kind, "part": part_of(item)}
 
 
+def _landing_parts(partition: Path) -> set[str]:
+    """The object and reject parts an earlier landing run wrote in a partition (its manifest)."""
+    path = partition / MANIFEST
+    if not path.is_file():
+        return set()
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    return set(manifest.get("parts", [])) | set(manifest.get("reject_parts", []))
+
+
 def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> dict:
-    """Remove the parts of the days' object and reject partitions that none of ``files``
-    produced, and write each partition's ``_manifest.json``; returns what was kept and removed."""
+    """Remove the parts of the days' object and reject partitions that an earlier landing run
+    wrote (their ``_manifest.json`` lists them) and none of ``files`` produced now (a file
+    withdrawn from the landing), and write each partition's manifest; returns what was kept and
+    removed. A part the landing never wrote (a manual ``seqenc ingest`` into the same root) is
+    never touched."""
     root = Path(root)
     expected: dict[tuple[str, str], set[str]] = {}  # objects parts
     expected_rejects: dict[tuple[str, str], set[str]] = {}  # label files' rejects too
@@ -208,21 +220,21 @@ def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> d
     for source in sorted(sources):
         for day in days:
             wanted = expected.get((source, day), set())
+            wanted_rejects = expected_rejects.get((source, day), set())
+            partition = storage.objects_dir(root, source) / f"ingest_date={day}"
+            ours = _landing_parts(partition)
             for folder, keep in ((storage.objects_dir(root, source), wanted),
-                                 (storage.rejects_dir(root, source), expected_rejects.get((source, day), set()))):
-                partition = folder / f"ingest_date={day}"
-                if not partition.is_dir():
-                    continue
-                for part in sorted(partition.glob("part-*.parquet")):
-                    if part.name not in keep:
+                                 (storage.rejects_dir(root, source), wanted_rejects)):
+                for part in sorted((folder / f"ingest_date={day}").glob("part-*.parquet")):
+                    if part.name not in keep and part.name in ours:
                         part.unlink()
                         removed.append(str(part))
-            partition = storage.objects_dir(root, source) / f"ingest_date={day}"
             if wanted or partition.is_dir():
                 partition.mkdir(parents=True, exist_ok=True)
                 inputs = sorted(f["path"] for f in files if f["source"] == source and f["date"] == day
                                 and f["kind"] != "labels")
-                manifest = {"source": source, "ingest_date": day, "parts": sorted(wanted), "inputs": inputs}
+                manifest = {"source": source, "ingest_date": day, "parts": sorted(wanted),
+                            "reject_parts": sorted(wanted_rejects), "inputs": inputs}
                 storage.write_bytes_atomic(json.dumps(manifest, indent=2).encode(), partition / MANIFEST)
                 kept[f"{source}/{day}"] = sorted(wanted)
     if removed:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import polars as pl
 import pytest
 
 from parsers import storage
@@ -62,12 +63,22 @@ def test_labels_of_every_day_are_kept_and_stale_parts_go(tmp_path):
     finalize_interval(root, days, files)
     assert storage.ingest_dates(root, "hdfs") == days
 
-    # the second day's log is withdrawn from the landing: re-running the interval empties its partition
+    # a manual ingest into the same partition: not the landing's, never removed by it
+    manual = tmp_path / "manual.log"
+    generate_hdfs_logs(manual, tmp_path / "manual.csv", n_blocks=5, anomaly_rate=0.0, seed=7)
+    from parsers.log_ingest import ingest_logs
+
+    ingest_logs(manual, root, source="hdfs", ingest_date="2025-03-02")
+    manual_part = storage.objects_path(root, "hdfs", "2025-03-02", manual)
+
+    # the second day's log is withdrawn from the landing: re-running the interval removes its part
     (landing / "hdfs" / "2025-03-02" / "hdfs.log").unlink()
     files = find_interval_files(landing, days)
     result = finalize_interval(root, days, files)
-    assert any("ingest_date=2025-03-02" in p for p in result["removed"])
-    assert storage.read_objects(root, "hdfs", "2025-03-02").height == 0
+    assert any("ingest_date=2025-03-02" in p and "part-hdfs" in p for p in result["removed"])
+    assert str(manual_part) not in result["removed"] and manual_part.exists()
+    assert set(storage.read_objects(root, "hdfs", "2025-03-02")["sequence_id"]) == \
+        set(pl.read_parquet(manual_part)["sequence_id"])  # only the manual part is left
     assert storage.read_objects(root, "hdfs", "2025-03-01").height > 0
 
 

@@ -60,8 +60,12 @@ def ops(tmp_path_factory):
     out["ingest1"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
     out["objects1"] = {s: storage.read_objects(workdir / "data", s, DAY) for s in ("hdfs", "sessions")}
     # a part no landing file produces any more (a file removed since): the re-run must drop it
+    # (written by an earlier landing run: its manifest lists it)
     stale = storage.objects_path(workdir / "data", "hdfs", DAY, "removed-since.log")
     shutil.copy(storage.objects_path(workdir / "data", "hdfs", DAY, "hdfs.log"), stale)
+    manifest_path = stale.parent / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest_path.write_text(json.dumps({**manifest, "parts": manifest["parts"] + [stale.name]}))
     out["stale"] = stale
     out["ingest2"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
 
