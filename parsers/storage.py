@@ -13,9 +13,10 @@ Choices made here:
 * Schemas are fixed ``pyarrow`` schemas, so an empty table written by an ingest run still
   has the right column types and readers never have to guess.
 * ``ts`` is ``timestamp[us]`` without a time zone; writers store UTC wall-clock time.
-* Writes are atomic: the table goes to a hidden temp file in the target folder, then
-  ``os.replace`` moves it over ``part-<stem>.parquet``. Re-ingesting the same input for the
-  same partition therefore *replaces* the part file, never appends to it.
+* Writes are atomic and durable: the table goes to a hidden temp file in the target folder,
+  fsync'ed, then ``os.replace`` moves it over ``part-<stem>.parquet`` and the folder is
+  fsync'ed (:func:`durable_replace`). Re-ingesting the same input for the same partition
+  therefore *replaces* the part file, never appends to it.
 * Readers only look at ``part-*.parquet`` files, so a temp file left by a crash is ignored.
 """
 
@@ -146,6 +147,26 @@ def polars_schema(schema: pa.Schema) -> pl.Schema:
     return pl.Schema({f.name: _POLARS_TYPES[f.type] for f in schema})
 
 
+def durable_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
+    """``os.replace(tmp, path)`` that survives a power cut: the temp file's data is flushed to
+    disk first (fsync), and the folder after the rename, so the new name never points at a file
+    whose blocks were not written (a rename is atomic for processes, not for the disk)."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    try:
+        dir_fd = os.open(Path(path).parent, os.O_RDONLY)
+    except OSError:  # a platform without directory handles (Windows): the rename is what it has
+        return
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLike, schema: pa.Schema) -> int:
     """Stream frames into one Parquet file (row groups as they come); return the row count.
 
@@ -174,7 +195,7 @@ def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLik
     os.close(fd)
     try:
         register_io_source(io_source=source, schema=pl_schema).sink_parquet(tmp, compression="snappy")
-        os.replace(tmp, path)
+        durable_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -199,7 +220,7 @@ def write_parquet_atomic(
     os.close(fd)
     try:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
+        durable_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -215,7 +236,7 @@ def write_bytes_atomic(data: bytes, path: str | os.PathLike) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        os.replace(tmp, path)
+        durable_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -150,3 +150,18 @@ def test_truncated_gzip_keeps_whole_lines_and_rejects_the_cut_one(tmp_path):
     assert lines == [(i + 1, f"line {i:06d}") for i in range(len(lines))]  # no gap, no partial line
     assert len(rejects) == 1 and rejects[0][0] == len(lines) + 1 == reader.read + 1
     assert rejects[0][1].startswith("truncated or corrupt gzip")
+
+
+def test_atomic_writes_fsync_the_file_and_its_folder(tmp_path, monkeypatch):
+    """The temp file is flushed to disk before the rename, and the folder after it."""
+    import os
+
+    synced, replaced = [], []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (replaced.append(len(synced)), real_replace(a, b)))
+    target = tmp_path / "sub" / "state.json"
+    storage.write_bytes_atomic(b"{}", target)
+    assert target.read_bytes() == b"{}"
+    assert len(synced) == 2 and synced[0].startswith(str(target.parent / ".state.json."))  # the temp file
+    assert synced[1] == str(target.parent) and replaced == [1]  # the folder, after the one rename
