@@ -212,3 +212,24 @@ def test_config_option_takes_inline_json_or_a_file(tmp_path):
     path.write_text("[1, 2]")
     with pytest.raises(SystemExit, match="expected a JSON object"):
         config_arg(str(path))
+
+
+def test_a_failed_sequences_stage_leaves_the_previous_outputs(prepared_task, tmp_path):
+    """stage_sequences builds beside the task's folder and swaps it in: a run that fails (here:
+    every key excluded) leaves the earlier files whole, and a good re-run replaces them."""
+    import shutil
+
+    work = tmp_path / "w"
+    shutil.copytree(prepared_task("milestone"), work)
+    seq_dir = pipeline.sequences_dir(work, "milestone")
+    before = {p.name: p.read_bytes() for p in seq_dir.iterdir()}
+    catalog = tmp_path / "c.toml"
+    catalog.write_text('[sources.sessions]\nkind = "events"\n\n[tasks.milestone]\nsource = "sessions"\n'
+                       'kind = "multiclass"\nkeep_keys = ["no_such_key"]\n')
+    load_catalog(catalog)
+    with pytest.raises(ValueError, match="every key"):
+        pipeline.stage_sequences(str(work), "milestone", "tiny", seed=0, catalog=catalog)
+    assert {p.name: p.read_bytes() for p in seq_dir.iterdir()} == before
+    assert not [p for p in seq_dir.parent.iterdir() if p.name.startswith(".")]  # no half-built folder left
+    again = pipeline.stage_sequences(str(work), "milestone", "tiny", seed=0)
+    assert again["dir"] == str(seq_dir) and sorted(p.name for p in seq_dir.iterdir()) == sorted(before)

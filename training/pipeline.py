@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -112,6 +114,18 @@ def _fresh_dir(path: Path) -> Path:
     return path
 
 
+def _swap_in(built: Path, path: Path) -> Path:
+    """Put a folder built beside ``path`` in its place: the old one is renamed aside, the new one
+    renamed in, the old one removed -- a reader sees the whole old folder or the whole new one,
+    and a run that fails before this leaves the old outputs as they were."""
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        os.replace(path, old)
+    os.replace(built, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
 # --- 1. generate ------------------------------------------------------------------------------
 def stage_generate(workdir: str, size: str = "demo", seed: int = 0, catalog=None) -> dict:
     """The built-in data of every catalogue source that names a ``demo_generator``:
@@ -175,14 +189,29 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     (``vocab_size``, ``max_positions``, ``numeric_bins``, ...). ``ingest_date`` restricts the
     input to one ingest partition or a list of them (None: all); ``data_root`` is the ingest root
     (default ``<workdir>/data``). ``split`` (default: the task's): ``"stratified"``, ``"fixed"``
-    or ``"time"`` (training.task_data.assign_splits)."""
+    or ``"time"`` (training.task_data.assign_splits). The files are written to a folder beside
+    the task's and swapped in when all are written: a failed run leaves the previous outputs."""
     task = load_catalog(catalog).task(task_name)
     split = split or task.split
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     root = Path(data_root) if data_root else Path(workdir) / "data"
     objects, labels, classes = task_sequences(task_name, task, root, ingest_date)
-    out = _fresh_dir(sequences_dir(workdir, task_name))
+    final = sequences_dir(workdir, task_name)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(tempfile.mkdtemp(prefix=f".{task_name}.building-", dir=final.parent))  # swapped in at the end
+    try:
+        stats = _write_sequences(out, task_name, task, objects, labels, classes, split, seed, size, model_overrides,
+                                 pretrained, ingest_date)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return {"dir": str(_swap_in(out, final)), "stats": stats}
+
+
+def _write_sequences(out: Path, task_name: str, task, objects, labels, classes, split: str, seed: int,
+                     size: str | None, model_overrides: dict | None, pretrained: str | None, ingest_date) -> dict:
+    """The files of :func:`stage_sequences` into ``out``; returns the stats."""
     value_seqs = value_sequences(objects, task)
     if value_seqs.height == 0:
         raise ValueError(f"task {task_name}: every key of source {task.source!r} is excluded (exclude_keys / "
@@ -217,7 +246,7 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
         if task.kind == "anomaly":
             stats["unlabelled"] = int((y < 0).sum())
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
-    return {"dir": str(out), "stats": stats}
+    return stats
 
 
 # --- 4. train ---------------------------------------------------------------------------------
