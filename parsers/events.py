@@ -220,7 +220,7 @@ def ingest_events(
     """
     start = time.perf_counter()
     path = Path(path)
-    rejects: list[tuple[int, str, str]] = []
+    rejects = storage.Rejects()
     reader = storage.LineReader(path, rejects)
     obj_path = storage.objects_path(root, source, ingest_date, path)
     sequences = SequenceRows()

@@ -80,23 +80,24 @@ class _Learner:
         self.fmt, self.session, self.parser = fmt, session, parser
         self.rows = SequenceRows()
         self.anomalous: set[int] = set()
-        self.rejects: list[tuple[int, str, str]] = []
+        self.rejects = storage.Rejects()
         self.parsed = self.no_id = 0
 
     def _clusters(self, masked: pl.Series) -> pl.Series:
         """Cluster id per line: each distinct masked content new to the run goes to Drain3 once,
         in file order; repeats only add to the cluster's size."""
-        drain, cache = self.parser.miner.drain, self.parser._clusters
+        drain, cache = self.parser.miner.drain, self.parser._clusters  # bounded: LineParser.cache_cluster
         counts = dict(masked.value_counts().iter_rows())
+        ids = {}
         for text in masked.unique(maintain_order=True).to_list():
             cluster = cache.get(text)
             if cluster is None:
                 cluster, _ = drain.add_log_message(text)
-                cache[text] = cluster
+                self.parser.cache_cluster(text, cluster)
                 cluster.size += counts[text] - 1
             else:
                 cluster.size += counts[text]
-        ids = {text: cache[text].cluster_id for text in counts}
+            ids[text] = cluster.cluster_id
         return masked.replace_strict(ids, return_dtype=pl.Int64)
 
     def _window_ids(self, frame: pl.DataFrame) -> pl.Series:

@@ -109,12 +109,17 @@ class ParsedLine:
     cluster: object  # drain3 LogCluster
 
 
+CACHE_LIMIT = 1_000_000  # distinct masked contents (or timestamps) a parser remembers
+
+
 class LineParser:
     """One raw line -> header fields, timestamp and Drain3 cluster (or a reject reason).
 
     The single place where a line meets the header regex, the masks and Drain3: ingestion and
     ``seqenc bench parse`` both use it. Identical masked contents are cached to their cluster,
-    so repeats skip the tree search (the cluster's size is still counted).
+    so repeats skip the tree search (the cluster's size is still counted). The cache (and the
+    timestamp cache) holds at most ``CACHE_LIMIT`` entries and starts empty again when full, so
+    memory stays bounded on a stream of ever-new contents (:meth:`cache_cluster`).
     """
 
     def __init__(self, preset: str | LogFormat, state_path: str | Path | None):
@@ -128,6 +133,8 @@ class LineParser:
         """The header's timestamp text as a naive UTC datetime (None when it does not parse);
         each distinct stamp is parsed once."""
         if stamp not in self._ts:
+            if len(self._ts) >= CACHE_LIMIT:  # timestamps are mostly new: keep the cache bounded
+                self._ts.clear()
             try:
                 self._ts[stamp] = (dt.datetime.fromtimestamp(float(stamp), dt.UTC).replace(tzinfo=None)
                                    if self.fmt.ts_format == "epoch" else dt.datetime.strptime(stamp, self.fmt.ts_format))
@@ -150,6 +157,13 @@ class LineParser:
         groups["Content"] = groups["Content"].strip()
         return groups, ts
 
+    def cache_cluster(self, masked: str, cluster) -> None:
+        """Remember a masked content's cluster; a full cache starts empty again (a cached
+        content only skips Drain's tree search: forgetting it costs time, not correctness)."""
+        if len(self._clusters) >= CACHE_LIMIT:
+            self._clusters.clear()
+        self._clusters[masked] = cluster
+
     def parse(self, text: str) -> ParsedLine | str:
         head = self.header(text)
         if isinstance(head, str):
@@ -159,7 +173,7 @@ class LineParser:
         cluster = self._clusters.get(masked)
         if cluster is None:
             cluster, _ = self.miner.drain.add_log_message(masked)
-            self._clusters[masked] = cluster
+            self.cache_cluster(masked, cluster)
         else:
             cluster.size += 1
         return ParsedLine(groups, ts, cluster)
@@ -196,7 +210,7 @@ def ingest_labels(csv_path, root, source: str, id_column: str | None = None, lab
     each day's ``labels.csv`` its own part, parsers.landing).
     """
     csv_path = Path(csv_path)
-    ids, labels, rejects, seen = [], [], [], set()
+    ids, labels, rejects, seen = [], [], storage.Rejects(), set()
     rows = _label_rows(csv_path, rejects)
     header = next((row for _, row in rows if any(cell.strip() for cell in row)), None)
     if not header:

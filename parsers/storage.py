@@ -65,6 +65,23 @@ REJECTS_SCHEMA = pa.schema(
 #: Rejected raw text is cut to this many characters (the contract says 1 KiB).
 RAW_LIMIT = 1024
 
+
+class Rejects(list):
+    """The rejects of one ingest, ``(line_no, reason, raw)``: the raw text is cut to RAW_LIMIT as
+    it is added, so a file of long bad lines (up to 64 KiB each) holds 1 KiB a reject in memory."""
+
+    def append(self, item: tuple[int, str, str]) -> None:
+        line_no, reason, raw = item
+        super().append((line_no, reason, raw[:RAW_LIMIT]))
+
+    def extend(self, items) -> None:
+        for item in items:
+            self.append(item)
+
+    def __iadd__(self, items):
+        self.extend(items)
+        return self
+
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
 
 

@@ -50,6 +50,7 @@ PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK, VAL_SEP]
 END = "[END]"  # the last value of every S(k) with value ends on (TVMKAConfig.value_end)
 NUMERIC_BINS_FILE = "numeric_bins.json"  # beside tokenizer.json
+CACHE_LIMIT = 1_000_000  # distinct value texts whose token ids encode_many remembers
 
 
 class ValueTokenizer:
@@ -182,8 +183,13 @@ class ValueTokenizer:
             bins_path.unlink(missing_ok=True)
 
     def encode_many(self, texts: list[str]) -> list[list[int]]:
-        """Token ids (no special tokens) of each text; each distinct text is tokenised once."""
+        """Token ids (no special tokens) of each text; each distinct text is tokenised once (a
+        cache of at most ``CACHE_LIMIT`` texts -- or one call's, when a call alone passes it --
+        emptied when a call would pass the limit)."""
         new = [t for t in dict.fromkeys(texts) if t not in self._cache]
+        if len(self._cache) + len(new) > CACHE_LIMIT:
+            self._cache.clear()
+            new = list(dict.fromkeys(texts))
         if new:
             for text, enc in zip(new, self.tokenizer.encode_batch(new, add_special_tokens=False)):
                 self._cache[text] = enc.ids

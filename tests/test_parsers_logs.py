@@ -196,3 +196,27 @@ def test_streaming_batches_do_not_change_the_output(tmp_path):
     for steps, ts in zip(per_seq["step"].to_list(), per_seq["ts"].to_list()):
         assert steps == list(range(len(steps)))
         assert ts == sorted(ts)
+
+
+def test_the_parser_caches_stay_bounded_and_give_the_same_clusters(monkeypatch):
+    """A full masked-content cache starts empty again: memory stays bounded, clusters are the same."""
+    from parsers import logs
+
+    lines = [f"081109 2036{i % 60:02d} 148 INFO dfs.DataNode: served block blk_{i} to node{i % 7}" for i in range(300)]
+    unbounded = [logs.LineParser("hdfs", None).parse(x).cluster.cluster_id for x in lines]
+    monkeypatch.setattr(logs, "CACHE_LIMIT", 3)
+    small = logs.LineParser("hdfs", None)
+    bounded = [small.parse(x).cluster.cluster_id for x in lines]
+    assert bounded == unbounded and len(small._clusters) <= 3 and len(small._ts) <= 3
+
+
+def test_the_tokenizer_cache_stays_bounded(monkeypatch):
+    from seqenc import tokenizer as tk
+
+    tok = tk.ValueTokenizer.train([f"v{i}" for i in range(50)], vocab_size=120)
+    want = tok.encode_many([f"v{i}" for i in range(50)])
+    monkeypatch.setattr(tk, "CACHE_LIMIT", 10)
+    tok._cache.clear()
+    got = [tok.encode_many([f"v{i}"])[0] for i in range(50)]
+    assert got == want and len(tok._cache) <= 10
+    assert tok.encode_many([f"v{i}" for i in range(30)]) == want[:30]  # one call over the limit still answers

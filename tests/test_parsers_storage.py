@@ -165,3 +165,11 @@ def test_atomic_writes_fsync_the_file_and_its_folder(tmp_path, monkeypatch):
     assert target.read_bytes() == b"{}"
     assert len(synced) == 2 and synced[0].startswith(str(target.parent / ".state.json."))  # the temp file
     assert synced[1] == str(target.parent) and replaced == [1]  # the folder, after the one rename
+
+
+def test_rejects_hold_at_most_1_kib_of_raw_text_each():
+    rejects = storage.Rejects()
+    rejects.append((1, "bad", "x" * 60_000))
+    rejects.extend([(2, "bad", "y" * 5000)])
+    rejects += [(3, "bad", "z" * 2000)]
+    assert [len(r[2]) for r in rejects] == [storage.RAW_LIMIT] * 3 and [r[0] for r in rejects] == [1, 2, 3]
