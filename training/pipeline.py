@@ -199,6 +199,8 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     objects, labels, classes = task_sequences(task_name, task, root, ingest_date)
     final = sequences_dir(workdir, task_name)
     final.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*final.parent.glob(f".{task_name}.building-*"), *final.parent.glob(f".{task_name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)  # left by a killed run
     out = Path(tempfile.mkdtemp(prefix=f".{task_name}.building-", dir=final.parent))  # swapped in at the end
     try:
         stats = _write_sequences(out, task_name, task, objects, labels, classes, split, seed, size, model_overrides,

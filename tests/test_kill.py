@@ -1,0 +1,109 @@
+"""Kill tests (issue 24, item 3): the real command as a child process, SIGKILLed at several points
+of its work. Afterwards the data root holds the old partition or the new one, never a torn one,
+and a re-run gives exactly the rows of an uninterrupted run. (Training under SIGKILL:
+tests/test_resume.py.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from parsers import storage
+
+N_EVENTS = 60_000
+KILL_AT = (0.15, 0.4, 0.65, 0.9)  # shares of an uninterrupted run's wall time (imports, parse, write)
+
+
+@pytest.fixture(scope="module")
+def events(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("kill") / "events.jsonl"
+    with path.open("w") as fh:
+        for i in range(N_EVENTS):
+            fh.write(json.dumps({"session_id": f"s{i % 900}", "ts": 1_700_000_000 + i,
+                                 "payload": {"page": f"/p/{i % 37}", "n": i % 11, "tags": ["a", "b"][: i % 3]}}) + "\n")
+    return path
+
+
+def _ingest_cmd(path: Path, root: Path) -> list[str]:
+    return [sys.executable, "-m", "seqenc.cli", "ingest", "events", str(path), "--root", str(root),
+            "--source", "web", "--date", "2025-01-01"]
+
+
+def _rows(root: Path) -> pl.DataFrame:
+    return storage.read_objects(root, "web").sort("sequence_id", "step", "key")
+
+
+def test_ingest_killed_at_any_point_leaves_no_torn_part_and_reruns_the_same(events, tmp_path):
+    straight = tmp_path / "straight"
+    t0 = time.perf_counter()
+    subprocess.run(_ingest_cmd(events, straight), check=True, capture_output=True, timeout=600)
+    seconds = time.perf_counter() - t0
+    want = _rows(straight)
+    assert want.height > N_EVENTS
+    for delay in (share * seconds for share in KILL_AT):
+        root = tmp_path / f"killed-{delay}"
+        # an earlier ingest of the same file is there: a kill must leave it or the new one
+        subprocess.run(_ingest_cmd(events, root), check=True, capture_output=True, timeout=600)
+        child = subprocess.Popen(_ingest_cmd(events, root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        parts = list(root.rglob("part-*.parquet"))
+        assert [p.name for p in parts if p.relative_to(root).parts[0] == "objects"] == ["part-events.parquet"], delay
+        assert _rows(root).equals(want), delay  # the old part, whole (the new one is the same)
+        subprocess.run(_ingest_cmd(events, root), check=True, capture_output=True, timeout=600)
+        assert _rows(root).equals(want), delay
+        assert not [p for p in root.rglob(".*") if p.is_file() and p.suffix == ".parquet"]  # no temp taken as data
+
+
+def test_first_ingest_killed_leaves_nothing_or_everything(events, tmp_path):
+    want = None
+    for delay in (0.3, 1.0):
+        root = tmp_path / f"first-{delay}"
+        child = subprocess.Popen(_ingest_cmd(events, root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        parts = list((root / "objects").rglob("part-*.parquet")) if (root / "objects").exists() else []
+        if parts:  # it finished before the kill: the whole part
+            assert pl.read_parquet(parts[0]).height > N_EVENTS
+        subprocess.run(_ingest_cmd(events, root), check=True, capture_output=True, timeout=600)
+        got = _rows(root)
+        want = got if want is None else want
+        assert got.equals(want)
+
+
+def test_sequences_stage_killed_leaves_the_old_outputs_or_the_new(prepared_task, tmp_path):
+    """stage_sequences in a child, killed at several points: the task's folder is always a
+    whole set of files (the old run's or the new one's), and a re-run cleans what the kill left."""
+    import shutil
+
+    from training import pipeline
+
+    work = tmp_path / "w"
+    shutil.copytree(prepared_task("milestone"), work)
+    seq_dir = pipeline.sequences_dir(work, "milestone")
+    files = sorted(p.name for p in seq_dir.iterdir())
+    code = ("import sys; from training.pipeline import stage_sequences; "
+            "stage_sequences(sys.argv[1], 'milestone', 'tiny', seed=1)")
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code, str(work)], check=True, capture_output=True, timeout=600)
+    seconds = time.perf_counter() - t0
+    for share in KILL_AT:
+        child = subprocess.Popen([sys.executable, "-c", code, str(work)], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        time.sleep(share * seconds)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        assert sorted(p.name for p in seq_dir.iterdir()) == files, share
+        json.loads((seq_dir / "stats.json").read_text())  # whole, readable
+    pipeline.stage_sequences(str(work), "milestone", "tiny", seed=1)
+    assert not [p for p in seq_dir.parent.iterdir() if p.name.startswith(".")]
