@@ -27,6 +27,7 @@ import gzip
 import logging
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -182,6 +183,30 @@ def durable_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def replace_dir(built: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Put a folder built beside ``path`` in its place: the old one is renamed aside, the new one
+    renamed in, the old one removed. A reader sees the whole old folder or the whole new one
+    (never a mix of their files), and a writer that fails before this leaves the old one as it
+    was. Build with :func:`building_dir`."""
+    built, path = Path(built), Path(path)
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    if path.exists():
+        os.replace(path, old)
+    os.replace(built, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def building_dir(path: str | os.PathLike) -> Path:
+    """A fresh hidden folder beside ``path`` to build its next version in (:func:`replace_dir`);
+    the build folders a killed writer left for ``path`` are removed first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*path.parent.glob(f".{path.name}.building-*"), *path.parent.glob(f".{path.name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{path.name}.building-", dir=path.parent))
 
 
 def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLike, schema: pa.Schema) -> int:

@@ -173,3 +173,16 @@ def test_rejects_hold_at_most_1_kib_of_raw_text_each():
     rejects.extend([(2, "bad", "y" * 5000)])
     rejects += [(3, "bad", "z" * 2000)]
     assert [len(r[2]) for r in rejects] == [storage.RAW_LIMIT] * 3 and [r[0] for r in rejects] == [1, 2, 3]
+
+
+def test_replace_dir_swaps_a_whole_folder_and_cleans_what_a_killed_writer_left(tmp_path):
+    target = tmp_path / "bundle"
+    target.mkdir()
+    (target / "a.json").write_text("old")
+    (tmp_path / ".bundle.building-x").mkdir()  # left by a killed writer
+    built = storage.building_dir(target)
+    assert not (tmp_path / ".bundle.building-x").exists() and built.parent == tmp_path
+    (built / "b.json").write_text("new")
+    storage.replace_dir(built, target)
+    assert sorted(p.name for p in target.iterdir()) == ["b.json"]  # the new set, no file of the old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]

@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -114,18 +112,6 @@ def _fresh_dir(path: Path) -> Path:
     return path
 
 
-def _swap_in(built: Path, path: Path) -> Path:
-    """Put a folder built beside ``path`` in its place: the old one is renamed aside, the new one
-    renamed in, the old one removed -- a reader sees the whole old folder or the whole new one,
-    and a run that fails before this leaves the old outputs as they were."""
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
-    if path.exists():
-        os.replace(path, old)
-    os.replace(built, path)
-    shutil.rmtree(old, ignore_errors=True)
-    return path
-
-
 # --- 1. generate ------------------------------------------------------------------------------
 def stage_generate(workdir: str, size: str = "demo", seed: int = 0, catalog=None) -> dict:
     """The built-in data of every catalogue source that names a ``demo_generator``:
@@ -198,17 +184,14 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     root = Path(data_root) if data_root else Path(workdir) / "data"
     objects, labels, classes = task_sequences(task_name, task, root, ingest_date)
     final = sequences_dir(workdir, task_name)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*final.parent.glob(f".{task_name}.building-*"), *final.parent.glob(f".{task_name}.old-*")]:
-        shutil.rmtree(stale, ignore_errors=True)  # left by a killed run
-    out = Path(tempfile.mkdtemp(prefix=f".{task_name}.building-", dir=final.parent))  # swapped in at the end
+    out = storage.building_dir(final)  # swapped in at the end
     try:
         stats = _write_sequences(out, task_name, task, objects, labels, classes, split, seed, size, model_overrides,
                                  pretrained, ingest_date)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-    return {"dir": str(_swap_in(out, final)), "stats": stats}
+    return {"dir": str(storage.replace_dir(out, final)), "stats": stats}
 
 
 def _write_sequences(out: Path, task_name: str, task, objects, labels, classes, split: str, seed: int,
