@@ -262,8 +262,16 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     rows, sequences, templates, new_templates, param_failures, objects_path, rejects_path,
     labels_path, state_path, session, seconds``. Blank lines are counted (``blank``) and
     skipped. The outputs are written in any case; then, when ``rejected / read`` passes
-    ``max_reject_share``, :class:`parsers.storage.RejectShareExceeded` is raised.
+    ``max_reject_share``, :class:`parsers.storage.RejectShareExceeded` is raised. Two ingests of
+    one source run one after the other (:func:`parsers.storage.source_lock`).
     """
+    with storage.source_lock(root, source):  # one log ingest of a source at a time: they share its Drain3 state
+        return _ingest_logs(log_path, root, source, preset, ingest_date, session, max_reject_share, batch_lines)
+
+
+def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: SessionSpec | None,
+                 max_reject_share: float | None, batch_lines: int) -> dict:
+    """:func:`ingest_logs` under the source's lock."""
     start = time.perf_counter()
     fmt = resolve(preset)
     log_path = Path(log_path)

@@ -6,6 +6,7 @@ Everything lives under one *data root*::
     <root>/labels/source=<src>/part-<input-stem>.parquet
     <root>/rejects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input-stem>.parquet
     <root>/state/drain3-<src>.json
+    <root>/state/<src>.lock             (held by a log ingest of the source: one at a time)
     <root>/state/format-<src>.json      (a log source's detected header: ingest --auto-header)
 
 Choices made here:
@@ -30,6 +31,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
@@ -145,6 +147,31 @@ def labels_path(root, source: str, input_path) -> Path:
 def drain_state_path(root: str | os.PathLike, source: str) -> Path:
     """``<root>/state/drain3-<src>.json``: Drain3 persistence, continued across runs."""
     return Path(root) / "state" / f"drain3-{_check_source(source)}.json"
+
+
+@contextmanager
+def source_lock(root: str | os.PathLike, source: str, what: str = "log ingest") -> Iterator[None]:
+    """Hold ``<root>/state/<src>.lock`` exclusively (``fcntl.flock``): the log ingests of one
+    source share its Drain3 state (loaded at the start, saved at the end), so two at once would
+    lose one's templates; the second waits, and says so in one warning. The lock goes with the
+    process (a killed holder releases it). Where ``fcntl`` is missing (Windows) nothing is locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    path = Path(root) / "state" / f"{_check_source(source)}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logger.warning("another %s of source %r holds %s: waiting for it to finish", what, source, path)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def detected_format_path(root: str | os.PathLike, source: str) -> Path:

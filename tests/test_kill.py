@@ -107,3 +107,26 @@ def test_sequences_stage_killed_leaves_the_old_outputs_or_the_new(prepared_task,
         json.loads((seq_dir / "stats.json").read_text())  # whole, readable
     pipeline.stage_sequences(str(work), "milestone", "tiny", seed=1)
     assert not [p for p in seq_dir.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_two_log_ingests_of_one_source_run_one_after_the_other(tmp_path):
+    """Log ingests of a source share its Drain3 state: while one holds the source's lock, a second
+    waits (and says so in one warning), then runs on the state the first saved."""
+    from parsers.synthetic import generate_hdfs_logs
+
+    log = tmp_path / "hdfs.log"
+    generate_hdfs_logs(log, tmp_path / "labels.csv", n_blocks=30, anomaly_rate=0.1, seed=0)
+    root = tmp_path / "root"
+    err = tmp_path / "child.err"
+    with storage.source_lock(root, "hdfs"):  # another ingest of the source is running
+        with err.open("w") as fh:
+            child = subprocess.Popen([sys.executable, "-m", "seqenc.cli", "ingest", "logs", str(log), "--root",
+                                      str(root), "--source", "hdfs"], stdout=subprocess.DEVNULL, stderr=fh)
+        deadline = time.time() + 60
+        while "waiting for it to finish" not in err.read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        assert "waiting for it to finish" in err.read_text()
+        time.sleep(0.5)
+        assert child.poll() is None and not (root / "objects").exists()  # it waits: nothing written
+    assert child.wait(timeout=120) == 0
+    assert storage.read_objects(root, "hdfs").height > 0 and storage.drain_state_path(root, "hdfs").exists()
