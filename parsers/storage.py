@@ -16,7 +16,7 @@ Choices made here:
 * ``ts`` is ``timestamp[us]`` without a time zone; writers store UTC wall-clock time.
 * Writes are atomic and durable: the table goes to a hidden temp file in the target folder,
   fsync'ed, then ``os.replace`` moves it over ``part-<stem>.parquet`` and the folder is
-  fsync'ed (:func:`durable_replace`). Re-ingesting the same input for the same partition
+  fsync'ed (parsers.atomic.durable_replace). Re-ingesting the same input for the same partition
   therefore *replaces* the part file, never appends to it.
 * Readers only look at ``part-*.parquet`` files, so a temp file left by a crash is ignored.
 """
@@ -28,15 +28,15 @@ import gzip
 import logging
 import os
 import re
-import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from parsers import atomic
 
 logger = logging.getLogger(__name__)
 
@@ -149,29 +149,12 @@ def drain_state_path(root: str | os.PathLike, source: str) -> Path:
     return Path(root) / "state" / f"drain3-{_check_source(source)}.json"
 
 
-@contextmanager
-def source_lock(root: str | os.PathLike, source: str, what: str = "log ingest") -> Iterator[None]:
-    """Hold ``<root>/state/<src>.lock`` exclusively (``fcntl.flock``): the log ingests of one
-    source share its Drain3 state (loaded at the start, saved at the end), so two at once would
-    lose one's templates; the second waits, and says so in one warning. The lock goes with the
-    process (a killed holder releases it). Where ``fcntl`` is missing (Windows) nothing is locked."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    path = Path(root) / "state" / f"{_check_source(source)}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            logger.warning("another %s of source %r holds %s: waiting for it to finish", what, source, path)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def source_lock(root: str | os.PathLike, source: str, what: str = "log ingest"):
+    """``<root>/state/<src>.lock`` held exclusively (parsers.atomic.file_lock): the log ingests of
+    one source share its Drain3 state (loaded at the start, saved at the end), so two at once
+    would lose one's templates; the second waits, and says so in one warning."""
+    return atomic.file_lock(Path(root) / "state" / f"{_check_source(source)}.lock",
+                            f"another {what} of source {source!r}")
 
 
 def detected_format_path(root: str | os.PathLike, source: str) -> Path:
@@ -190,50 +173,6 @@ def polars_schema(schema: pa.Schema) -> pl.Schema:
     """The polars twin of one of the layout's Arrow schemas (``pl.from_arrow`` would import
     pandas just to check types: a fifth of a second)."""
     return pl.Schema({f.name: _POLARS_TYPES[f.type] for f in schema})
-
-
-def durable_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
-    """``os.replace(tmp, path)`` that survives a power cut: the temp file's data is flushed to
-    disk first (fsync), and the folder after the rename, so the new name never points at a file
-    whose blocks were not written (a rename is atomic for processes, not for the disk)."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    try:
-        dir_fd = os.open(Path(path).parent, os.O_RDONLY)
-    except OSError:  # a platform without directory handles (Windows): the rename is what it has
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def replace_dir(built: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """Put a folder built beside ``path`` in its place: the old one is renamed aside, the new one
-    renamed in, the old one removed. A reader sees the whole old folder or the whole new one
-    (never a mix of their files), and a writer that fails before this leaves the old one as it
-    was. Build with :func:`building_dir`."""
-    built, path = Path(built), Path(path)
-    old = path.with_name(f".{path.name}.old-{os.getpid()}")
-    if path.exists():
-        os.replace(path, old)
-    os.replace(built, path)
-    shutil.rmtree(old, ignore_errors=True)
-    return path
-
-
-def building_dir(path: str | os.PathLike) -> Path:
-    """A fresh hidden folder beside ``path`` to build its next version in (:func:`replace_dir`);
-    the build folders a killed writer left for ``path`` are removed first."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*path.parent.glob(f".{path.name}.building-*"), *path.parent.glob(f".{path.name}.old-*")]:
-        shutil.rmtree(stale, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f".{path.name}.building-", dir=path.parent))
 
 
 def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLike, schema: pa.Schema) -> int:
@@ -264,7 +203,7 @@ def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLik
     os.close(fd)
     try:
         register_io_source(io_source=source, schema=pl_schema).sink_parquet(tmp, compression="snappy")
-        durable_replace(tmp, path)
+        atomic.durable_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -289,7 +228,7 @@ def write_parquet_atomic(
     os.close(fd)
     try:
         pq.write_table(table, tmp)
-        durable_replace(tmp, path)
+        atomic.durable_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -305,7 +244,7 @@ def write_bytes_atomic(data: bytes, path: str | os.PathLike) -> None:
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
-        durable_replace(tmp, path)
+        atomic.durable_replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

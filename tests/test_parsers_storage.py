@@ -5,7 +5,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from parsers import storage
+from parsers import atomic, storage
 
 
 def test_paths_follow_the_layout(tmp_path):
@@ -180,9 +180,9 @@ def test_replace_dir_swaps_a_whole_folder_and_cleans_what_a_killed_writer_left(t
     target.mkdir()
     (target / "a.json").write_text("old")
     (tmp_path / ".bundle.building-x").mkdir()  # left by a killed writer
-    built = storage.building_dir(target)
+    built = atomic.building_dir(target)
     assert not (tmp_path / ".bundle.building-x").exists() and built.parent == tmp_path
     (built / "b.json").write_text("new")
-    storage.replace_dir(built, target)
+    atomic.replace_dir(built, target)
     assert sorted(p.name for p in target.iterdir()) == ["b.json"]  # the new set, no file of the old
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from parsers import purchases, storage, synthetic
+from parsers import atomic, purchases, storage, synthetic
 from parsers.landing import ingest_path
 from seqenc.catalog import SPLITS, load_catalog
 from seqenc.config import TVMKAConfig, task_model_settings
@@ -184,14 +184,14 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     root = Path(data_root) if data_root else Path(workdir) / "data"
     objects, labels, classes = task_sequences(task_name, task, root, ingest_date)
     final = sequences_dir(workdir, task_name)
-    out = storage.building_dir(final)  # swapped in at the end
+    out = atomic.building_dir(final)  # swapped in at the end
     try:
         stats = _write_sequences(out, task_name, task, objects, labels, classes, split, seed, size, model_overrides,
                                  pretrained, ingest_date)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)
         raise
-    return {"dir": str(storage.replace_dir(out, final)), "stats": stats}
+    return {"dir": str(atomic.replace_dir(out, final)), "stats": stats}
 
 
 def _write_sequences(out: Path, task_name: str, task, objects, labels, classes, split: str, seed: int,

@@ -41,7 +41,7 @@ import numpy as np
 import polars as pl
 from torch import nn
 
-from parsers import storage
+from parsers import atomic
 from seqenc.baselines import (
     END_TO_END_MODELS,
     MODEL_CLASSES,
@@ -83,14 +83,14 @@ def save_bundle(model: nn.Module, tok: ValueTokenizer, metadata: dict, directory
     if type(model).__name__ not in MODEL_CLASSES:
         raise TypeError(f"a bundle holds one of {sorted(MODEL_CLASSES)}, not a {type(model).__name__}")
     directory = Path(directory)
-    built = storage.building_dir(directory)  # swapped in whole: a scorer never reads half a bundle
+    built = atomic.building_dir(directory)  # swapped in whole: a scorer never reads half a bundle
     try:
         model.save_pretrained(built, extra=metadata)
         tok.save(built / "tokenizer.json")
     except BaseException:
         shutil.rmtree(built, ignore_errors=True)
         raise
-    return storage.replace_dir(built, directory)
+    return atomic.replace_dir(built, directory)
 
 
 def load_bundle(directory: str | Path, device: str = "cpu") -> Bundle:
