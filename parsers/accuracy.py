@@ -4,9 +4,15 @@ GA (Zhu et al., "Tools and Benchmarks for Automated Log Parsing", ICSE-SEIP 2019
 ../shared/data/README.md): a line is parsed correctly when the set of lines sharing its
 predicted group equals the set of lines sharing its true template; GA = correct lines / lines.
 
-``bench_parse`` runs four parsers on every LogHub-style folder (``<Name>_2k.log`` +
-``<Name>_2k.log_structured.csv``). Read top to bottom, each row adds one thing, so the
-differences say where our GA comes from:
+Parsing Accuracy (PA, LogHub-2.0): the share of lines whose template text equals the true one
+(:func:`parsing_accuracy`, both through :func:`normalize_template`).
+
+Each dataset is parsed in every way it has (``VARIANTS``): a format of ``--formats`` named like
+it, its preset, a header detected from its lines (``--auto-header``, parsers.header_detect);
+``ga_<way>`` / ``pa_<way>`` each, and the headline ``ga`` / ``pa`` from the first (docs/data-layout.md).
+For a dataset with a preset, ``bench_parse`` also runs three baselines on every LogHub-style
+folder (``<Name>_2k.log`` + ``<Name>_2k.log_structured.csv``). Read top to bottom, each row
+adds one thing, so the differences say where our GA comes from:
 
 * ``ga_drain3_default``: ``TemplateMiner()`` with no configuration (no masks, depth 4,
   similarity 0.4), fed the ground-truth ``Content`` column (not penalised for header parsing);
@@ -18,9 +24,10 @@ differences say where our GA comes from:
   similarity (:class:`parsers.drain.MaskAwareDrain`) and the masked-content cache of
   :class:`parsers.logs.LineParser` -- on the same ground-truth ``Content``; the gap to the row
   above is what the *similarity* buys;
-* ``ga``: our parser on the raw lines, as ingestion runs it (the preset's header regex splits
-  off ``Content``; a line whose header does not match is a group of its own: a reject); the gap
-  to the row above is what our *header split* costs or buys.
+* ``ga_preset`` (the headline ``ga`` when no format is given): our parser on the raw lines, as
+  ingestion runs it (the preset's header regex splits off ``Content``; a line whose header does
+  not match is a group of its own: a reject); the gap to the row above is what our *header
+  split* costs or buys.
 
 The preset is picked by the folder name (``HDFS`` -> ``hdfs``); nothing reads the ground-truth
 templates except the scorer.
@@ -159,11 +166,6 @@ def our_parse(lines: list[str], fmt) -> tuple[list[Hashable], list[str | None]]:
         groups.append(("reject", i) if rejected else parsed.cluster.cluster_id)
         clusters.append(None if rejected else parsed.cluster)
     return groups, [None if c is None else c.get_template() for c in clusters]  # templates as they end
-
-
-def our_groups(lines: list[str], preset) -> list[Hashable]:
-    """Predicted group of every raw line through the ingestion parser (no state on disk)."""
-    return our_parse(lines, preset)[0]
 
 
 _MASK_TOKEN = re.compile(r"<[A-Z][A-Z0-9_]*>|<\*>")
