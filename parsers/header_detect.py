@@ -19,7 +19,8 @@ header, so they count against every later field too). Kinds:
   F A); ``component``: a name ending in ``:`` (``dfs.DataNode$PacketResponder:``,
   ``sshd(pam_unix)[19939]:``, ``kernel[0]:``, ``launchd[1] (com.apple.xpc):``) -- the header ends
   after it;
-  ``number``: digits (a pid, a thread, a sequence number); ``dash``: a lone ``-`` separator;
+  ``number``: digits (a pid, a thread, a sequence number); ``dash`` / ``bar``: a lone ``-`` or
+  ``|`` separator;
 * ``token``: any other word. It joins the header only when a typed field (any kind above)
   follows it: a run of words that leads to no typed field is the start of the content.
 
@@ -64,15 +65,19 @@ _TIMESTAMPS = (
     r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}",  # a date alone
     _CLOCK.replace("(?::\\d{2})?", ":\\d{2}"),  # a clock alone (hh:mm:ss)
 )
-# strptime formats tried on the joined parts of a timestamp (joined by one space, as ingest does)
-TS_FORMATS = (
-    "%Y-%m-%d %H:%M:%S,%f", "%Y-%m-%d %H:%M:%S.%f", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f",
-    "%Y-%m-%dT%H:%M:%S", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d-%H.%M.%S.%f", "%y/%m/%d %H:%M:%S",
+# strptime formats tried on the joined parts of a timestamp (joined by one space, as ingest does):
+# each date + clock layout with its seconds bare or with a fraction after "." "," or ":", and the
+# ISO "T" forms also with a zone ("Z", "+01:00"); then the layouts that are neither
+_TS_LAYOUTS = (
+    "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y/%m/%d %H:%M:%S", "%Y-%m-%d-%H.%M.%S", "%y/%m/%d %H:%M:%S",
     "%d/%m/%Y %H:%M:%S", "%m/%d/%Y %H:%M:%S", "%b %d %H:%M:%S", "%b %d %Y %H:%M:%S", "%a %b %d %H:%M:%S %Y",
-    "%y%m%d %H%M%S", "%Y%m%d-%H:%M:%S:%f", "%m-%d %H:%M:%S.%f", "%m.%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S.%fZ",
-    "%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%f%z", "%Y-%m-%dT%H:%M:%S%z", "%d/%b/%Y:%H:%M:%S %z", "%Y.%m.%d",
-    "%Y-%m-%d",
+    "%Y%m%d-%H:%M:%S", "%m-%d %H:%M:%S", "%m.%d %H:%M:%S",
 )
+TS_FORMATS = tuple(
+    layout.replace("%S", "%S" + fraction, 1) + zone
+    for layout in _TS_LAYOUTS for fraction in ("", ".%f", ",%f", ":%f")
+    for zone in (("", "Z", "%z") if "T" in layout else ("",))
+) + ("%y%m%d %H%M%S", "%d/%b/%Y:%H:%M:%S %z", "%Y.%m.%d", "%Y-%m-%d")
 _LEVEL = (r"(?i:INFO|INFORMATION|WARN|WARNING|ERROR|ERR|DEBUG|TRACE|FATAL|CRIT|CRITICAL|NOTICE|SEVERE|ALERT|"
           r"EMERG|VERBOSE|FINE|FINER|FINEST|CONFIG)\b|[VDIWEFA](?=\s)")
 _END = r"(?=[\s|,;]|$)"
@@ -83,9 +88,11 @@ KINDS = {  # name: pattern matched at a line's offset (Python re, look-arounds a
     "component": re.compile(r"[^\s\[\]:|,;{}\"'=]+(?:\([^()\s]*\))?(?:\[[^\[\]\s]*\])?(?:\s?\([^()]*\))?:(?=\s|$)"),
     "number": re.compile(r"\d+" + _END),
     "dash": re.compile(r"-(?=\s)"),
+    "bar": re.compile(r"\|(?=\s)"),
     "token": re.compile(r"[^\s|,;\"'{]\S*?(?=[\s|,;]|$)"),  # a word; a quoted one is content
 }
-SEPARATORS = (",", "|", ";")
+SEPARATORS = (",", "|", ";")  # glued to a field
+SEPARATOR_KINDS = {"dash": "-", "bar": "|"}  # standing alone between fields: literal text, no field
 FIELD_PATTERNS = {"level": r"\S+", "number": r"\d+", "token": r"\S+"}
 
 
@@ -180,13 +187,13 @@ def _scan(lines: list[str]) -> list[_Step]:
             break
     while steps and steps[-1].kind == "token":  # words that lead to no typed field: content
         steps.pop()
-    if steps and steps[-1].kind == "dash" and all(s.kind in ("token", "dash") for s in steps):
-        steps.clear()  # words and dashes only: no header
+    if steps and steps[-1].kind in SEPARATOR_KINDS and all(s.kind in ("token", *SEPARATOR_KINDS) for s in steps):
+        steps.clear()  # words and separators only: no header
     return steps
 
 
 def _names(steps: list[_Step]) -> list[list[str]]:
-    """Field names per step (a timestamp has one per part, a dash none)."""
+    """Field names per step (a timestamp has one per part, a separator none)."""
     used: dict[str, int] = {}
 
     def unique(base: str) -> str:
@@ -203,7 +210,7 @@ def _names(steps: list[_Step]) -> list[list[str]]:
             if names is None or len(step.texts[0].split()) == 4 and re.match(_DAY, step.texts[0]):
                 names = ["Weekday", "Month", "Day", "Time", "Year"][:parts]
             out.append([unique(n) for n in names])
-        elif step.kind == "dash":
+        elif step.kind in SEPARATOR_KINDS:
             out.append([])
         else:
             inner = {"timestamp": "Time", "level": "Level"}.get(step.inner, "Context")
@@ -257,8 +264,8 @@ def suggest_header(lines: list[str]) -> Suggestion:
         elif step.kind == "component":
             text = f"<{fields[0]}>:"
             patterns[fields[0]] = r"[^\s:]+"
-        elif step.kind == "dash":
-            text = "-"
+        elif step.kind in SEPARATOR_KINDS:
+            text = SEPARATOR_KINDS[step.kind]
         else:
             text = f"<{fields[0]}>"
             patterns[fields[0]] = FIELD_PATTERNS[step.kind]

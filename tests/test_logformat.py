@@ -56,6 +56,8 @@ SHAPES = {
                     f"{r.choice(['CBS', 'CSI'])}    {_content(r)}", "<Date> <Time>, <Level> <Content>"),
     "iso-z": (lambda r, i: f"2023-05-01T10:00:{i % 60:02d}.123Z [worker-{i % 4}] {r.choice(['INFO', 'WARN'])} "
               f"c.e.Svc - {_content(r)}", "<Timestamp> [<Context>] <Level> <Field> - <Content>"),
+    "spaced-bars": (lambda r, i: f"2024/07/01 0{i % 10}:{i % 60:02d}:07.{i % 1000:03d} | {r.choice(['INFO', 'WARN'])} | "
+                    f"worker-{i % 4} | {_content(r)}", "<Date> <Time> | <Level> | <Field> | <Content>"),
     "access-log": (lambda r, i: f'10.0.0.{i % 250} - - [01/May/2023:10:00:{i % 60:02d} +0000] "GET /x/{i} HTTP/1.1" '
                    f'200 {i * 3}', "<Field> - - [<Time>] <Content>"),
     "label-first": (lambda r, i: f"{'-' if r.random() > 0.1 else 'ALERT'} {1131566461 + i} 2005.11.09 dn{i % 9} "
