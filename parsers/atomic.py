@@ -3,8 +3,7 @@
 * :func:`durable_replace`: ``os.replace`` with the file fsync'ed before and the folder after, so
   a power cut never leaves a name pointing at unwritten blocks (parsers.storage's Parquet and
   JSON writes go through it);
-* :func:`building_dir` / :func:`replace_dir`: build a folder's next version beside it and swap it
-  in with renames (the task's value sequences, a model bundle): readers see the old folder or the
+* :func:`replacing_dir`: build a folder's next version beside it and swap it in with renames (the task's value sequences, a model bundle): readers see the old folder or the
   new one, never a mix, and a failed or killed writer leaves the old one;
 * :func:`file_lock`: an exclusive ``fcntl`` lock (parsers.storage.source_lock: one log ingest of
   a source at a time).
@@ -43,28 +42,29 @@ def durable_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
         os.close(dir_fd)
 
 
-def replace_dir(built: str | os.PathLike, path: str | os.PathLike) -> Path:
-    """Put a folder built beside ``path`` in its place: the old one is renamed aside, the new one
-    renamed in, the old one removed. A reader sees the whole old folder or the whole new one
-    (never a mix of their files), and a writer that fails before this leaves the old one as it
-    was. Build with :func:`building_dir`."""
-    built, path = Path(built), Path(path)
+@contextmanager
+def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """``with replacing_dir(path) as out:`` -- write the next version of the folder ``path`` into
+    ``out``, a fresh hidden folder beside it; when the block ends, ``out`` takes the place of
+    ``path`` (the old folder renamed aside, the new one renamed in, the old one removed), so a
+    reader sees the whole old folder or the whole new one, never a mix of their files. A block
+    that raises removes ``out`` and leaves ``path`` as it was. Build folders that a killed writer
+    left beside ``path`` are removed first."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for stale in [*path.parent.glob(f".{path.name}.building-*"), *path.parent.glob(f".{path.name}.old-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+    built = Path(tempfile.mkdtemp(prefix=f".{path.name}.building-", dir=path.parent))
+    try:
+        yield built
+    except BaseException:
+        shutil.rmtree(built, ignore_errors=True)
+        raise
     old = path.with_name(f".{path.name}.old-{os.getpid()}")
     if path.exists():
         os.replace(path, old)
     os.replace(built, path)
     shutil.rmtree(old, ignore_errors=True)
-    return path
-
-
-def building_dir(path: str | os.PathLike) -> Path:
-    """A fresh hidden folder beside ``path`` to build its next version in (:func:`replace_dir`);
-    the build folders a killed writer left for ``path`` are removed first."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*path.parent.glob(f".{path.name}.building-*"), *path.parent.glob(f".{path.name}.old-*")]:
-        shutil.rmtree(stale, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f".{path.name}.building-", dir=path.parent))
 
 
 @contextmanager

@@ -103,9 +103,7 @@ def load_event(text: str):
         return json.loads(text.removeprefix("\ufeff"), object_pairs_hook=_no_duplicates)
     except RecursionError:
         raise BadEvent(f"nested deeper than {MAX_DEPTH} levels") from None
-    except json.JSONDecodeError:
-        raise
-    except BadEvent:
+    except (json.JSONDecodeError, BadEvent):
         raise
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits
         raise BadEvent(f"invalid JSON number: {str(exc)[:80]}") from None
@@ -189,7 +187,8 @@ def _parse_events(lines: pl.DataFrame, session_field: str, ts_field: str, reject
         except BadEvent as exc:
             rejects.append((line_no, str(exc), text))
             continue
-        if _not_text([sid] + [x for pair in kv for x in pair]):
+        # a lone surrogate can only come from a \u escape (the line itself decoded as UTF-8)
+        if "\\u" in text and _not_text([sid] + [x for pair in kv for x in pair]):
             rejects.append((line_no, "a lone surrogate escape (\\ud800-\\udfff) in the session id, a key or a value",
                             text))
             continue
@@ -215,8 +214,9 @@ def ingest_events(
     batch by batch. Rows are in input order; ``step`` orders a session's events.
 
     Returns a report: ``read, parsed, rejected, reject_share, blank, objects, rows, sequences,
-    null_values, empty_containers, objects_path, rejects_path, seconds``. Outputs are written in any case; a reject share above
-    ``max_reject_share`` then raises ``parsers.storage.RejectShareExceeded``.
+    null_values, empty_containers, objects_path, rejects_path, seconds``. Outputs are written in
+    any case; a reject share above ``max_reject_share`` then raises
+    ``parsers.storage.RejectShareExceeded``.
     """
     start = time.perf_counter()
     path = Path(path)

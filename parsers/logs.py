@@ -206,8 +206,9 @@ def ingest_labels(csv_path, root, source: str, id_column: str | None = None, lab
     ``id_column`` / ``label_column`` default to the first and second CSV column (LogHub's
     ``BlockId,Label``, the session generator's ``session_id,label``). Rows with an empty id or
     label, or a repeated id, and lines that are not a readable row (:func:`_label_rows`) go to
-    rejects (the ``ingest_date`` partition, default today) with a reason (a blank row: a missing id). ``part_stem`` names the part instead of the file's stem (the landing ingest gives
-    each day's ``labels.csv`` its own part, parsers.landing).
+    rejects (the ``ingest_date`` partition, default today) with a reason (a blank row: a missing
+    id). ``part_stem`` names the part instead of the file's stem (the landing ingest gives each
+    day's ``labels.csv`` its own part, parsers.landing).
     """
     csv_path = Path(csv_path)
     ids, labels, rejects, seen = [], [], storage.Rejects(), set()

@@ -10,7 +10,8 @@ Two ways, set per log format (``LogFormat.session``) or on the command line:
   stream) and by time window. ``step_s == window_s`` (default) gives fixed windows, each line in
   exactly one; ``step_s < window_s`` gives sliding windows, a line in every window that covers
   it (at most ``MAX_WINDOWS_PER_LINE``: a spec over it is refused with the count, where the
-  windows were silently capped before). The sequence id is ``<field value>@<window start, ISO 8601 UTC>``. A line without a
+  windows were silently capped before). The sequence id is ``<field value>@<window start, ISO
+  8601 UTC>``. A line without a
   timestamp cannot be placed and is rejected with that reason.
 """
 

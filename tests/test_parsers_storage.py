@@ -180,9 +180,14 @@ def test_replace_dir_swaps_a_whole_folder_and_cleans_what_a_killed_writer_left(t
     target.mkdir()
     (target / "a.json").write_text("old")
     (tmp_path / ".bundle.building-x").mkdir()  # left by a killed writer
-    built = atomic.building_dir(target)
-    assert not (tmp_path / ".bundle.building-x").exists() and built.parent == tmp_path
-    (built / "b.json").write_text("new")
-    atomic.replace_dir(built, target)
+    with atomic.replacing_dir(target) as built:
+        assert not (tmp_path / ".bundle.building-x").exists() and built.parent == tmp_path
+        (built / "b.json").write_text("new")
+        assert (target / "a.json").read_text() == "old"  # the old folder stays until the block ends
     assert sorted(p.name for p in target.iterdir()) == ["b.json"]  # the new set, no file of the old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+    with pytest.raises(RuntimeError), atomic.replacing_dir(target) as built:  # a failed writer
+        (built / "c.json").write_text("half")
+        raise RuntimeError("killed halfway")
+    assert sorted(p.name for p in target.iterdir()) == ["b.json"]  # left as it was
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]

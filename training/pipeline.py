@@ -184,14 +184,10 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     root = Path(data_root) if data_root else Path(workdir) / "data"
     objects, labels, classes = task_sequences(task_name, task, root, ingest_date)
     final = sequences_dir(workdir, task_name)
-    out = atomic.building_dir(final)  # swapped in at the end
-    try:
+    with atomic.replacing_dir(final) as out:  # swapped in whole at the end
         stats = _write_sequences(out, task_name, task, objects, labels, classes, split, seed, size, model_overrides,
                                  pretrained, ingest_date)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    return {"dir": str(atomic.replace_dir(out, final)), "stats": stats}
+    return {"dir": str(final), "stats": stats}
 
 
 def _write_sequences(out: Path, task_name: str, task, objects, labels, classes, split: str, seed: int,

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import NamedTuple
 
@@ -83,14 +82,10 @@ def save_bundle(model: nn.Module, tok: ValueTokenizer, metadata: dict, directory
     if type(model).__name__ not in MODEL_CLASSES:
         raise TypeError(f"a bundle holds one of {sorted(MODEL_CLASSES)}, not a {type(model).__name__}")
     directory = Path(directory)
-    built = atomic.building_dir(directory)  # swapped in whole: a scorer never reads half a bundle
-    try:
+    with atomic.replacing_dir(directory) as built:  # swapped in whole: a scorer never reads half a bundle
         model.save_pretrained(built, extra=metadata)
         tok.save(built / "tokenizer.json")
-    except BaseException:
-        shutil.rmtree(built, ignore_errors=True)
-        raise
-    return atomic.replace_dir(built, directory)
+    return directory
 
 
 def load_bundle(directory: str | Path, device: str = "cpu") -> Bundle:

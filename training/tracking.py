@@ -176,8 +176,8 @@ def mlflow_key(name: str) -> str:
 
 
 def log_metrics(metrics: dict, step: int) -> None:
-    numeric = {mlflow_key(k): float(v) for k, v in metrics.items()
-               if isinstance(v, (int, float)) and step > _logged.get(mlflow_key(k), -1)}
+    named = {mlflow_key(k): v for k, v in metrics.items()}
+    numeric = {k: float(v) for k, v in named.items() if isinstance(v, (int, float)) and step > _logged.get(k, -1)}
     if numeric:
         mlflow.log_metrics(numeric, step=step)
 
