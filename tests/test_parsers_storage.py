@@ -175,7 +175,7 @@ def test_rejects_hold_at_most_1_kib_of_raw_text_each():
     assert [len(r[2]) for r in rejects] == [storage.RAW_LIMIT] * 3 and [r[0] for r in rejects] == [1, 2, 3]
 
 
-def test_replace_dir_swaps_a_whole_folder_and_cleans_what_a_killed_writer_left(tmp_path):
+def test_replacing_dir_swaps_a_whole_folder_and_cleans_what_a_killed_writer_left(tmp_path):
     target = tmp_path / "bundle"
     target.mkdir()
     (target / "a.json").write_text("old")
