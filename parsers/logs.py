@@ -2,7 +2,7 @@
 
 * :class:`LineParser` takes one raw line through the format's header regex, timestamp, masks
   and Drain3 (with a cache from masked content to cluster). ``seqenc bench parse`` uses it;
-  the batched ingest (parsers.log_ingest, reachable as ``parsers.logs.ingest_logs``) does the
+  the batched ingest (parsers.log_ingest.ingest_logs) does the
   same steps column-at-a-time (parsers.columns).
 * :func:`make_miner` builds a Drain3 ``TemplateMiner`` for a format, with the mask-aware
   similarity of parsers.drain and its state in ``<root>/state/drain3-<source>.json``: plain
@@ -252,12 +252,3 @@ def ingest_labels(csv_path, root, source: str, id_column: str | None = None, lab
         "rejects_path": str(rej_path) if rej_path else None,
     }
 
-
-def __getattr__(name: str):
-    """``parsers.logs.ingest_logs`` is the batched ingest of parsers.log_ingest (loaded on use:
-    that module builds on this one)."""
-    if name == "ingest_logs":
-        from parsers.log_ingest import ingest_logs
-
-        return ingest_logs
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,7 +25,7 @@ Apache take the LogPAI Drain benchmark's per-dataset regexes, similarity thresho
 HDFS (the generic default masks), HPC (every number) and OpenStack (LogPAI's three regexes
 with token boundaries) are our own, written with Grouping Accuracy on those same LogHub 2k
 files as the target. So ``seqenc bench parse`` on LogHub is an in-sample figure for every
-preset (parsers.accuracy says more). Users add their own formats (or extend a preset's masks)
+preset (training.bench.parse says more). Users add their own formats (or extend a preset's masks)
 in a JSON file, see :func:`load_formats`.
 """
 

@@ -43,6 +43,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
+from seqenc.bert_files import resolve_bert_dir
 from seqenc.links import LINK_TOKENS, REPEAT_TOKENS
 from seqenc.numeric import NumericBins
 
@@ -160,8 +161,6 @@ class ValueTokenizer:
     @classmethod
     def from_bert(cls, name_or_path: str | Path = "minilm") -> ValueTokenizer:
         """The WordPiece vocabulary of a BERT checkpoint directory, plus [VAL_SEP]."""
-        from seqenc.pretrained import resolve_bert_dir
-
         directory = resolve_bert_dir(name_or_path)
         if (directory / "tokenizer.json").is_file():
             return cls.from_file(directory / "tokenizer.json")

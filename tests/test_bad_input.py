@@ -147,7 +147,7 @@ UNSAFE = ["../x", "..", "/etc/passwd", "a/b", "a\x00b", ".hidden", "x" * 65, "",
 
 @pytest.mark.parametrize("bad", UNSAFE)
 def test_unsafe_names_are_refused_with_exit_code_2_and_nothing_is_written(tmp_path, capsys, bad):
-    from seqenc.cli import main
+    from training.cli import main
 
     events = tmp_path / "ev.jsonl"
     events.write_text(_event("1") + "\n")

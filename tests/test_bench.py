@@ -2,8 +2,8 @@
 
 import json
 
-from seqenc.bench import ModelBenchSettings, bench_model, expected_tokens, run_isolated, summarise, table
-from seqenc.cli import main
+from training.bench.model import ModelBenchSettings, bench_model, expected_tokens, run_isolated, summarise, table
+from training.cli import main
 
 TINY = ["--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--n-shared-heads", "1", "--window", "32",
         "--no-progress"]
@@ -69,7 +69,7 @@ def test_summary_reports_the_linearity_ratio_and_first_failure():
 
 
 def test_prediction_is_quadratic_for_flattened_and_linear_for_tvmka():
-    from seqenc.bench import _predict
+    from training.bench.model import _predict
 
     done = [{"status": "ok", "tokens": 1000, "seconds": 1.0, "peak_mb": 400.0, "baseline_mb": 300.0},
             {"status": "oom", "tokens": 2000, "seconds": None, "peak_mb": None, "baseline_mb": None}]

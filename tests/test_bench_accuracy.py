@@ -7,7 +7,7 @@ import sys
 import pytest
 from shared_data import require
 
-from seqenc.cli import main
+from training.cli import main
 
 FIELDS = {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds"}
 DEV_FIELD = {"hdfs": "dev_f1", "milestone": "dev_macro_f1"}  # each row's dev figure: dev_<headline metric>
@@ -18,7 +18,7 @@ def test_bench_accuracy_cli_contract(tmp_path):
     out = tmp_path / "acc.json"
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}))
-    cmd = [sys.executable, "-m", "seqenc.cli", "bench", "accuracy", "--data", str(data), "--json", str(out),
+    cmd = [sys.executable, "-m", "training.cli", "bench", "accuracy", "--data", str(data), "--json", str(out),
            "--size", "tiny", "--datasets", "hdfs,milestone", "--modes", "interleaved,flattened",
            "--limit", "hdfs=100", "--limit", "milestone=60", "--config", str(config), "--no-progress"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -78,7 +78,7 @@ def test_bench_accuracy_over_seeds_reports_mean_std_and_each_seed(tmp_path):
     that seed alone gives, and the table shows the spread."""
     import numpy as np
 
-    from training.bench_accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
+    from training.bench.accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
 
     data = require()
     args = {"datasets": ["milestone"], "modes": ["interleaved"], "size": "tiny", "limits": {"milestone": 60},
@@ -105,7 +105,7 @@ def test_bench_accuracy_over_seeds_reports_mean_std_and_each_seed(tmp_path):
 def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path):
     """``--modes interleaved,interleaved+surprise`` trains once: the plain row is the one a
     separate ``interleaved`` training gives (same seed), and only one run folder is made."""
-    from training.bench_accuracy import bench_accuracy
+    from training.bench.accuracy import bench_accuracy
 
     data = require()
     args = {"datasets": ["hdfs"], "size": "tiny", "limits": {"hdfs": 40}, "progress": False,

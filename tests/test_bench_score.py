@@ -7,8 +7,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-import training.bench_score as bench_score
-from seqenc.cli import main
+import training.bench.score as bench_score
+from training.cli import main
 
 TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "n_shared_heads": 1, "d_ff": 64, "max_positions": 64,
               "vocab_size": 512}

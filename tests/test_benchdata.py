@@ -1,4 +1,4 @@
-"""Bench datasets (training.benchdata) and the value-anomaly log generator (parsers.value_anomaly)."""
+"""Bench datasets (training.bench.data) and the value-anomaly log generator (parsers.value_anomaly)."""
 
 import csv
 import re
@@ -13,9 +13,8 @@ from parsers.presets import resolve
 from parsers.storage import OBJECTS_SCHEMA, polars_schema
 from parsers.synthetic import FULL_BLOCK
 from parsers.value_anomaly import VALUE_ANOMALY_KINDS, generate_value_anomaly_logs
-from training.bench_baselines import always_positive, count_baseline
-from training.bench_hdfs import content_split
-from training.benchdata import (
+from training.bench.baselines import always_positive, count_baseline
+from training.bench.data import (
     BINARY,
     DATASETS,
     BenchDataset,
@@ -24,6 +23,7 @@ from training.benchdata import (
     sequence_contents,
     stratified_split,
 )
+from training.bench.hdfs import content_split
 
 REAL = {"hdfs", "bgl"}
 LIMIT = {"hdfs": 300, "bgl": 400, "milestone": 150, "value_anomaly": 300, "next_item": 100}

@@ -13,8 +13,8 @@ from byod_data import STAGES, catalogue_text, write_orders, write_vault_logs
 
 from parsers import storage
 from seqenc.catalog import CatalogError, load_catalog
-from seqenc.cli import main
 from seqenc.tokenizer import ValueTokenizer
+from training.cli import main
 
 
 def _json(capsys) -> dict:

@@ -11,7 +11,7 @@ import sys
 import pytest
 from byod_data import catalogue_text, write_orders, write_vault_logs
 
-from seqenc.cli import main
+from training.cli import main
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +108,7 @@ def test_unreadable_model_uri(setup):
 
 
 def test_the_process_prints_one_line_and_verbose_shows_the_traceback(setup):
-    argv = [sys.executable, "-m", "seqenc.cli", "tasks", "--catalog", str(setup["base"] / "missing.toml")]
+    argv = [sys.executable, "-m", "training.cli", "tasks", "--catalog", str(setup["base"] / "missing.toml")]
     quiet = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert quiet.returncode != 0 and "Traceback" not in quiet.stderr
     assert len([ln for ln in quiet.stderr.splitlines() if ln.strip()]) == 1

@@ -24,7 +24,7 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 1},
                               "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}))
-    cmd = [sys.executable, "-m", "seqenc.cli", "train", "--workdir", str(workdir), "--task", "anomaly",
+    cmd = [sys.executable, "-m", "training.cli", "train", "--workdir", str(workdir), "--task", "anomaly",
            "--size", "tiny", "--deepspeed", str(ds), "--no-progress"]
     outputs = run_ranks(cmd, tmp_path, world=2, env={"OMP_NUM_THREADS": "1"})
 

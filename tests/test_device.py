@@ -131,7 +131,7 @@ def test_a_bundle_loads_where_it_is_asked_to(tmp_path):
 def test_seqenc_score_device_flag(tmp_path):
     """``seqenc score --device`` reaches the loader; a device that is not one is one line."""
     from parsers import storage
-    from seqenc.cli import main
+    from training.cli import main
 
     model, tok, *_ = build(pretrain_steps=2, rounds=1, tvm_steps_per_round=2)
     save_bundle(model, tok, {"task": "binary", "threshold": 0.5, "source": "toy"}, tmp_path / "bundle")
@@ -167,7 +167,7 @@ def test_seqenc_train_device_flag(prepared_task, tmp_path):
     """``--device`` reaches the trainer; a device that is not one is a one-line user error."""
     import shutil
 
-    from seqenc.cli import main
+    from training.cli import main
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)

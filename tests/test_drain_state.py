@@ -14,7 +14,8 @@ from shared_data import DATA, require
 
 from parsers import storage
 from parsers.drain_state import FORMAT, VERSION, DrainStateFile, _clusters_in_order, dump_state
-from parsers.logs import LineParser, ingest_logs, make_miner
+from parsers.log_ingest import ingest_logs
+from parsers.logs import LineParser, make_miner
 from parsers.presets import resolve
 from parsers.synthetic import generate_hdfs_logs
 

@@ -33,7 +33,7 @@ def events(tmp_path_factory) -> Path:
 
 
 def _ingest_cmd(path: Path, root: Path) -> list[str]:
-    return [sys.executable, "-m", "seqenc.cli", "ingest", "events", str(path), "--root", str(root),
+    return [sys.executable, "-m", "training.cli", "ingest", "events", str(path), "--root", str(root),
             "--source", "web", "--date", "2025-01-01"]
 
 
@@ -120,7 +120,7 @@ def test_two_log_ingests_of_one_source_run_one_after_the_other(tmp_path):
     err = tmp_path / "child.err"
     with storage.source_lock(root, "hdfs"):  # another ingest of the source is running
         with err.open("w") as fh:
-            child = subprocess.Popen([sys.executable, "-m", "seqenc.cli", "ingest", "logs", str(log), "--root",
+            child = subprocess.Popen([sys.executable, "-m", "training.cli", "ingest", "logs", str(log), "--root",
                                       str(root), "--source", "hdfs"], stdout=subprocess.DEVNULL, stderr=fh)
         deadline = time.time() + 60
         while "waiting for it to finish" not in err.read_text() and time.time() < deadline:

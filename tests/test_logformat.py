@@ -10,11 +10,11 @@ import polars as pl
 import pytest
 from shared_data import DATA, require
 
-from parsers.accuracy import PUBLISHED_DRAIN_GA, normalize_template, parsing_accuracy
 from parsers.header_detect import suggest_header
 from parsers.logs import LineParser
 from parsers.presets import DEFAULT_MASKS, HDFS_MASKS, PRESETS, LogFormat, load_formats
-from seqenc.cli import main
+from training.bench.parse import PUBLISHED_DRAIN_GA, normalize_template, parsing_accuracy
+from training.cli import main
 
 LOGHUB = DATA / "loghub"
 # the eight shared sets' layouts as LogPAI writes them, in the format syntax: what a user knows
@@ -113,7 +113,7 @@ def test_suggest_header_edge_cases():
 
 def test_loghub_headers_are_detected():
     """On the shared sets the detected header splits every line, with LogPAI's field count."""
-    from parsers.accuracy import read_loghub_folder
+    from training.bench.parse import read_loghub_folder
 
     for name, header in HEADERS.items():
         folder = next(p for p in require(LOGHUB).iterdir() if p.name.lower() == name)

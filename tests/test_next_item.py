@@ -12,8 +12,8 @@ from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
 from seqenc.tokenizer import ValueTokenizer
-from training.bench_baselines import count_baseline
-from training.benchdata import load_dataset
+from training.bench.baselines import count_baseline
+from training.bench.data import load_dataset
 from training.data import split_indices
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.metrics import headline, ranking_metrics, split_metrics

@@ -213,7 +213,7 @@ def test_batch_score_rerun_leaves_the_same_rows(ops):
 
 
 def test_score_cli_is_the_dags_code(ops, tmp_path):
-    from seqenc.cli import main
+    from training.cli import main
 
     workdir = ops["workdir"]
     assert main(["score", "--model", "models:/seqenc-anomaly@champion", "--input", str(workdir / "data"),

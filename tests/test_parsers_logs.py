@@ -7,7 +7,8 @@ import polars as pl
 from shared_data import DATA, require
 
 from parsers import storage
-from parsers.logs import HDFS, ingest_labels, ingest_logs
+from parsers.log_ingest import ingest_logs
+from parsers.logs import HDFS, ingest_labels
 from parsers.synthetic import generate_hdfs_logs
 
 DAY = "2026-01-02"
@@ -179,7 +180,7 @@ def test_real_hdfs_sample_ingests_without_rejects(tmp_path):
 
 
 def test_streaming_batches_do_not_change_the_output(tmp_path):
-    from parsers.bench import generate_lines
+    from training.bench.ingest import generate_lines
 
     log = generate_lines(3000, tmp_path / "gen.log")
     small = ingest_logs(log, tmp_path / "a", ingest_date=DAY, batch_lines=500)

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from shared_data import DATA, require
 
-from parsers.accuracy import (
+from parsers.logs import LineParser, make_miner
+from parsers.presets import PRESETS, LogFormat, load_formats, resolve
+from training.bench.parse import (
     PUBLISHED_DRAIN_GA,
     _round3,
     bench_parse,
@@ -16,9 +18,7 @@ from parsers.accuracy import (
     read_loghub_folder,
     same_parser_true_content_groups,
 )
-from parsers.logs import LineParser, make_miner
-from parsers.presets import PRESETS, LogFormat, load_formats, resolve
-from seqenc.cli import main
+from training.cli import main
 
 LOGHUB = DATA / "loghub"
 # LogHub folder -> (preset, header columns of its structured CSV, in our field names)
@@ -199,7 +199,7 @@ def test_bench_ingest_contract(tmp_path):
 
 
 def test_cached_drain3_loop_gives_the_uncached_templates(tmp_path):
-    from parsers.bench import drain3_loop, generate_lines
+    from training.bench.ingest import drain3_loop, generate_lines
 
     rx = PRESETS["hdfs"].regex()
     lines = generate_lines(2000, tmp_path / "g.log").read_text(encoding="utf-8").splitlines()

@@ -200,7 +200,7 @@ def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
 
 
 def test_config_option_takes_inline_json_or_a_file(tmp_path):
-    from seqenc.cli_args import config_arg
+    from training.cli_args import config_arg
 
     overrides = {"model": {"value_links": True}, "train": {"rounds": 2}}
     path = tmp_path / "overrides.json"

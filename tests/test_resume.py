@@ -59,7 +59,7 @@ def test_sigkill_mid_round_then_resume_matches_an_uninterrupted_run(prepared, tm
     assert child.returncode == -signal.SIGKILL and 36 <= killed_at < 30 + 24 + 12, killed_at
     assert not (killed_dir / "models" / "milestone" / "bundle").exists()  # it never finished
 
-    out = subprocess.run([sys.executable, "-m", "seqenc.cli", "train", "--resume", str(job), "--no-progress"],
+    out = subprocess.run([sys.executable, "-m", "training.cli", "train", "--resume", str(job), "--no-progress"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     resumed = json.loads(out.stdout[: out.stdout.rindex("}") + 1])

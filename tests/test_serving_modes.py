@@ -26,7 +26,7 @@ from seqenc.sequences import TokenizedSequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
 from training import pipeline
 from training.batch_score import score_partitions
-from training.bench_accuracy import VARIANTS  # "<mode>+<variant>": the mode trained with these TVMKAConfig fields
+from training.bench.accuracy import VARIANTS  # "<mode>+<variant>": the mode trained with these TVMKAConfig fields
 from training.data import label_array
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.metrics import task_metrics

@@ -15,8 +15,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from seqenc.cli import main
 from training import tracking
+from training.cli import main
 
 SEQENC = str(Path(sys.executable).with_name("seqenc"))
 

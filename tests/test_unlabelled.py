@@ -17,7 +17,7 @@ from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import SurpriseScorer
-from training.bench_baselines import pca_detector
+from training.bench.baselines import pca_detector
 from training.pipeline import vocab_and_windows
 from training.scoring import load_bundle, save_bundle, score_objects
 from training.trainer import TrainConfig
@@ -242,7 +242,7 @@ def test_bench_rows_and_mode_names(tmp_path):
     """``--modes unlabelled,unlabelled+normal``: one row each, beside count_lr, count_pca (and
     count_pca+normal for DeepLog's setting) and always_positive; each unlabelled row carries the
     dev F1 of its policy's grid and the constant it used."""
-    from training.bench_accuracy import SHARE_GRID, _unlabelled_parts, bench_accuracy
+    from training.bench.accuracy import SHARE_GRID, _unlabelled_parts, bench_accuracy
 
     assert _unlabelled_parts("unlabelled") == (False, "")
     assert _unlabelled_parts("unlabelled+normal+bag") == (True, "bag")
@@ -271,7 +271,7 @@ def test_bench_rows_and_mode_names(tmp_path):
 def test_robust_constant_steps_back_from_a_cliff():
     """The dev curve's pick: the constant whose F1 and its next stricter neighbour's are both
     high, not the grid's best when that sits next to a cliff (hdfs' mean dev curve, seeds 0-2)."""
-    from training.bench_accuracy import robust_constant
+    from training.bench.accuracy import robust_constant
 
     hdfs = {"dev_f1_at_q_0.9": 0.986, "dev_f1_at_q_0.95": 0.992, "dev_f1_at_q_0.98": 0.997,
             "dev_f1_at_q_0.99": 0.999, "dev_f1_at_q_0.995": 0.909, "dev_f1_at_q_0.999": 0.606}

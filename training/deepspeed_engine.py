@@ -12,7 +12,7 @@ Configuration (a path to a DeepSpeed JSON file, or a dict; never modified in pla
   betas/eps, so stage 0 in fp32 is step-for-step the same as PlainEngine). On a CPU accelerator
   ``"torch_adam": true`` is the default for Adam/AdamW (DeepSpeed's FusedAdam needs CUDA); on GPU
   set it yourself to avoid compiling FusedAdam.
-* ``scheduler``: refused. The schedule is always ``training.engines.lr_factor`` (warm-up, then
+* ``scheduler``: refused. The schedule is always ``training.schedule.lr_factor`` (warm-up, then
   linear decay), handed to DeepSpeed as a client LambdaLR over its basic optimizer.
 * ``gradient_clipping``: ``grad_clip`` unless the config sets it.
 * ``train_micro_batch_size_per_gpu``: 1 unless the config sets it (or ``train_batch_size``);
@@ -120,7 +120,7 @@ from pathlib import Path
 
 import torch
 
-from training.engines import lr_factor
+from training.schedule import lr_factor
 
 log = logging.getLogger(__name__)
 

@@ -15,6 +15,8 @@ import os
 
 import torch
 
+from training.schedule import lr_factor
+
 
 def training_device(requested: str = "auto") -> torch.device:
     """Where a trainer without DeepSpeed puts its model: the one place that decides (choice:
@@ -32,12 +34,6 @@ def training_device(requested: str = "auto") -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise ValueError(f"device {requested!r} asked for, but MPS is not available; use auto or cpu")
     return device
-
-
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    if step < warmup:
-        return (step + 1) / warmup
-    return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, total - warmup))
 
 
 class PlainEngine:

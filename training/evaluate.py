@@ -116,8 +116,8 @@ def evaluate_task(workdir: str | Path, task_name: str, catalog=None, model: str 
 def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -> dict | None:
     """The count baseline (module docstring) on the work directory's split of a labelled task;
     None for an ``anomaly`` task (its unsupervised baseline is the bench's count_pca)."""
-    from training.bench_baselines import count_baseline
-    from training.benchdata import BenchDataset
+    from training.bench.baselines import count_baseline
+    from training.bench.data import BenchDataset
 
     seq_dir = Path(workdir) / "sequences" / task_name
     _, task, classes = read_task(seq_dir)

@@ -73,7 +73,7 @@ SIZES = {
         "model": {"d_model": 128, "n_layers": 2, "n_heads": 4, "n_shared_heads": 2, "d_ff": 256,
                   "max_positions": 128, "vocab_size": 4096},
         # tvm_ka_ratio 0.1: ten KA steps per TVM step, the measured best (hdfs by content, dev F1 of
-        # seeds 0-2: 0.974 against 0.962 at 1:2, training.bench_accuracy.BENCH_OVERRIDES); the paper's
+        # seeds 0-2: 0.974 against 0.962 at 1:2, training.bench.accuracy.BENCH_OVERRIDES); the paper's
         # 2:1 is TrainConfig's own default, kept as the preset "paper" (seqenc.config.TRAINING_PRESETS)
         "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192,
                   "ka_batch_size": 128, "tvm_ka_ratio": 0.1},

@@ -194,7 +194,7 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
 
     def rescore(self, threshold: dict) -> tuple[np.ndarray, float]:
         """(probabilities, threshold) that another policy gives from the same final TVM's
-        statistics (no forward pass): to compare policies on dev (training.bench_accuracy)."""
+        statistics (no forward pass): to compare policies on dev (training.bench.accuracy)."""
         probs = self.probabilities(self.fit_scorer(threshold))
         return probs, policy_threshold(probs[self.reference, 1], threshold)
 

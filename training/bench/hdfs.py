@@ -43,7 +43,7 @@ import numpy as np
 import polars as pl
 
 from parsers import storage
-from training.benchdata import BINARY, BenchDataset, _finish, _labelled, _require
+from training.bench.dataset import BINARY, BenchDataset, _finish, _labelled, _require
 
 SPLIT_RULES = ("by_content", "by_line")
 SHARES = {"test": 0.2, "dev": 0.2, "train": 0.6}  # of each stratum's blocks; also the tie order

@@ -27,7 +27,7 @@ import logging
 import sys
 from pathlib import Path
 
-from seqenc.cli_args import config_arg
+from training.cli_args import config_arg
 
 
 def _print_summary(summary: dict) -> None:
@@ -284,8 +284,8 @@ def cmd_score(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from seqenc.bench_cli import add_bench_parser
     from seqenc.config import TRAINING_MODES, TRAINING_PRESETS
+    from training.cli_bench import add_bench_parser
 
     parser = argparse.ArgumentParser(prog="seqenc", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

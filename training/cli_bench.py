@@ -1,17 +1,17 @@
 """``seqenc bench ...``: the benchmark commands (JSON + Markdown table + plot each), apart from
-the product commands of seqenc.cli. Heavy modules are imported inside each command."""
+the product commands of training.cli. Heavy modules are imported inside each command."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from seqenc.cli_args import config_arg
+from training.cli_args import config_arg
 
 
 def cmd_bench_accuracy(args) -> int:
-    from training.bench_accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
-    from training.benchdata import check_split
+    from training.bench.accuracy import accuracy_table, bench_accuracy, write_accuracy_outputs
+    from training.bench.data import check_split
 
     limits = dict((k, int(v)) for k, v in (item.split("=") for item in args.limit)) if args.limit else {}
     workdir = Path(args.workdir or Path(args.json).with_suffix("")).resolve()
@@ -38,7 +38,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 
 def cmd_bench_model(args) -> int:
-    from seqenc.bench import ModelBenchSettings, bench_model, table, write_outputs
+    from training.bench.model import ModelBenchSettings, bench_model, table, write_outputs
 
     settings = ModelBenchSettings(
         n_objects=_ints(args.n_objects), n_keys=_ints(args.n_keys), models=tuple(args.models.split(",")),
@@ -55,7 +55,7 @@ def cmd_bench_model(args) -> int:
 
 
 def cmd_bench_parse(args) -> int:
-    from parsers.accuracy import bench_parse, parse_table, write_parse_outputs
+    from training.bench.parse import bench_parse, parse_table, write_parse_outputs
 
     result = bench_parse(args.loghub, formats_file=args.formats, auto_header=args.auto_header)
     paths = write_parse_outputs(result, args.json)
@@ -67,7 +67,7 @@ def cmd_bench_parse(args) -> int:
 
 
 def cmd_bench_ingest(args) -> int:
-    from parsers.bench import bench_ingest, ingest_table
+    from training.bench.ingest import bench_ingest, ingest_table
 
     _write_result(bench_ingest(args.lines, seed=args.seed), ingest_table, args.json)
     return 0
@@ -84,7 +84,7 @@ def _write_result(result: dict, table, json_path) -> None:
 
 
 def cmd_bench_score(args) -> int:
-    from training.bench_score import ScoreBenchSettings, bench_score, score_table
+    from training.bench.score import ScoreBenchSettings, bench_score, score_table
 
     settings = ScoreBenchSettings(sequences=args.sequences, baseline_sequences=args.baseline_sequences,
                                   threads=args.threads, seed=args.seed)
@@ -144,7 +144,7 @@ def add_bench_parser(sub) -> None:
                          "(every sequence flagged: the floor) on binary datasets")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
-                    help="dataset size limit (hdfs: lines per file, default all; others: see training.benchdata)")
+                    help="dataset size limit (hdfs: lines per file, default all; others: see training.bench.data)")
     ba.add_argument("--workdir", default=None, help="scratch folder (default: beside --json)")
     ba.add_argument("--config", default=None, metavar="JSON",
                     help='overrides for every run, inline JSON or a JSON file: {"model": {TVMKAConfig fields}, '

@@ -4,7 +4,7 @@ Four datasets, each as long-form key-value objects (``parsers.storage.OBJECTS_SC
 label per sequence and a fixed train/dev/test split (:class:`BenchDataset`):
 
 * ``hdfs`` -- real HDFS_1 blocks (DeepLog release under ``<data_dir>/hdfs_deeplog``,
-  training.bench_hdfs), split so that each distinct event sequence lies in one split only
+  training.bench.hdfs), split so that each distinct event sequence lies in one split only
   (``by_content``, seeded, about 60/20/20 of the blocks of each label); on request
   (``split="by_line"``) the earlier split by line index within each file, where most test blocks
   repeat a train block's sequence;
@@ -42,7 +42,7 @@ Choices:
   windows). ``training.data.split_indices`` gives no such guarantee (and imports torch).
 * Log datasets get an ``event`` key per line, ``E<template_id>`` (``seqenc.sequences.with_event_key``),
   which is what the count baseline counts.
-* Baselines (training.bench_baselines): ``count_baseline`` (logistic regression on event
+* Baselines (training.bench.baselines): ``count_baseline`` (logistic regression on event
   counts), on binary datasets ``count_pca`` (loglizer's unsupervised PCA detector on event
   counts, no label read) and ``always_positive`` (every sequence flagged: the floor a detector
   must beat).
@@ -51,53 +51,24 @@ Choices:
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from parsers import storage
+from training.bench.dataset import BINARY, SPLITS, BenchDataset, _check, _finish, _labelled, _require  # noqa: F401
 
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly", "next_item")
 # the split rules each dataset offers, its default first
 SPLIT_RULES = {"hdfs": ("by_content", "by_line"), "bgl": ("stratified",), "milestone": ("stratified",),
                "value_anomaly": ("stratified",), "next_item": ("random",)}
-BINARY = ("Normal", "Anomaly")
 INGEST_DATE = "2000-01-01"
 MILESTONE_SESSIONS = 1200
 VALUE_ANOMALY_BLOCKS = 1500
 VALUE_ANOMALY_RATE = 0.1
 NEXT_ITEM_USERS = 1500
 NEXT_ITEM_PRODUCTS = 200
-SPLITS = ("train", "dev", "test")
-
-
-@dataclass
-class BenchDataset:
-    name: str  # "hdfs" | "bgl" | "milestone" | "value_anomaly"
-    task: str  # "binary" | "multiclass" | "next_item"
-    class_names: tuple[str, ...]  # next_item: the catalogue
-    objects: pl.DataFrame  # long form, exactly the OBJECTS_SCHEMA columns and types
-    labels: pl.DataFrame  # sequence_id, label: one per sequence of objects
-    split: pl.DataFrame  # sequence_id, split in {"train", "dev", "test"}
-    event_key: str  # key whose values are a sequence's events (count baselines)
-    exclude_keys: tuple[str, ...]  # keys left out of the value sequences S(k)
-    description: str  # source, how objects / labels / split were built
-    info: dict = field(default_factory=dict)  # paths, ingest report, generator report
-    split_rule: str = "stratified"  # how ``split`` was made: see SPLIT_RULES and the module docstring
-
-    def counts(self) -> dict[str, dict[str, int]]:
-        """Number of sequences per split and class: ``{"train": {"Normal": n, ...}, ...}``
-        (next_item: per split only, ``{"train": {"sequences": n}, ...}``; the catalogue is large)."""
-        if self.task == "next_item":
-            n = dict(self.split.group_by("split").len().iter_rows())
-            return {s: {"sequences": n.get(s, 0)} for s in SPLITS}
-        rows = self.split.join(self.labels, on="sequence_id").group_by("split", "label").len().iter_rows()
-        out = {s: dict.fromkeys(self.class_names, 0) for s in SPLITS}
-        for split, label, n in rows:
-            out[split][label] = n
-        return out
 
 
 def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None = None,
@@ -106,7 +77,7 @@ def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None 
     ``workdir`` receives generated and ingested files. ``limit`` caps the size: hdfs lines kept
     per file (before splitting), bgl log lines read, milestone sessions, value_anomaly blocks,
     next_item users. ``split``: one of the dataset's SPLIT_RULES (None: its default)."""
-    from training.bench_hdfs import load_hdfs
+    from training.bench.hdfs import load_hdfs
 
     split = check_split(name, split)
     if limit is not None and limit < 1:
@@ -136,12 +107,6 @@ def check_split(name: str, split: str | None) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-def _require(path: Path) -> Path:
-    if not path.exists():
-        raise FileNotFoundError(f"real data not found: {path} (expected under the data_dir, see ../shared/data)")
-    return path
-
-
 def _fresh(workdir: Path, name: str) -> tuple[Path, Path]:
     """``raw/`` and an empty ingest root ``data/`` under ``<workdir>/benchdata/<name>``."""
     base = workdir / "benchdata" / name
@@ -154,14 +119,6 @@ def _as_objects(frame: pl.DataFrame) -> pl.DataFrame:
     """The OBJECTS_SCHEMA columns and types, rows by sequence then step (key order kept)."""
     schema = storage.polars_schema(storage.OBJECTS_SCHEMA)
     return frame.select(schema.names()).cast(schema).sort("sequence_id", "step", maintain_order=True)
-
-
-def _labelled(objects: pl.DataFrame, labels: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """Objects of labelled sequences only, and the labels of the sequences that have objects."""
-    labels = labels.select("sequence_id", "label")
-    objects = objects.join(labels, on="sequence_id", how="semi")
-    labels = labels.join(objects.select("sequence_id").unique(), on="sequence_id", how="semi")
-    return objects, labels.sort("sequence_id")
 
 
 def stratified_split(labels: pl.DataFrame, seed: int, dev: float = 0.2, test: float = 0.2) -> pl.DataFrame:
@@ -180,26 +137,6 @@ def stratified_split(labels: pl.DataFrame, seed: int, dev: float = 0.2, test: fl
         splits.extend(["test"] * n_test + ["dev"] * n_dev + ["train"] * (n - n_test - n_dev))
     return pl.DataFrame({"sequence_id": ids, "split": splits}, schema={"sequence_id": pl.String,
                                                                           "split": pl.String}).sort("sequence_id")
-
-
-def _check(ds: BenchDataset) -> None:
-    seqs = ds.objects["sequence_id"].unique()
-    for what, frame in (("label", ds.labels), ("split", ds.split)):
-        if frame["sequence_id"].n_unique() != frame.height or frame.height != len(seqs) \
-                or not frame["sequence_id"].is_in(seqs.implode()).all():
-            raise RuntimeError(f"{ds.name}: every sequence must have exactly one {what}")
-    unknown = set(ds.labels["label"].unique()) - set(ds.class_names)
-    if unknown:
-        raise RuntimeError(f"{ds.name}: labels {sorted(unknown)} are not among {ds.class_names}")
-
-
-def _split_text(ds_counts: dict) -> str:
-    return "; ".join(f"{s}: " + ", ".join(f"{n} {c}" for c, n in ds_counts[s].items()) for s in SPLITS)
-
-
-def _finish(ds: BenchDataset) -> BenchDataset:
-    ds.description += f" Sizes: {_split_text(ds.counts())}."
-    return ds
 
 
 # --------------------------------------------------------------------------- datasets

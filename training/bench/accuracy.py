@@ -1,6 +1,6 @@
 """``seqenc bench accuracy``: every training mode and a count baseline, same splits, one run.
 
-For each dataset of training.benchdata (``hdfs``, ``bgl``, ``milestone``, ``value_anomaly``; on
+For each dataset of training.bench.data (``hdfs``, ``bgl``, ``milestone``, ``value_anomaly``; on
 request ``next_item``):
 value sequences S(k) from the dataset's objects, a WordPiece vocabulary from its train split,
 then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; on request
@@ -20,7 +20,7 @@ its dev figure ``dev_<headline>`` (``dev_f1``, ``dev_macro_f1``, ``dev_recall_at
 to choose settings on. Beside OUT: a Markdown table, a bar plot and ``OUT.datasets.json`` with
 how each dataset was built and split: ``description``, ``counts``, ``split`` (the rule, e.g.
 hdfs ``by_content`` / ``by_line``) and ``duplicates_across_splits`` (dev and test sequences whose
-content also occurs in another split, training.benchdata) and ``bag_duplicates_across_splits``
+content also occurs in another split, training.bench.data) and ``bag_duplicates_across_splits``
 (the same with contents compared as bags: the same values in any order). hdfs is split by content by default
 (no dev or test block repeats a train block's event sequence); ``split="by_line"`` (CLI ``--split
 by_line``) restores the earlier line-index split for comparison with papers.
@@ -38,7 +38,7 @@ adds ``roc_auc`` / ``dev_roc_auc`` and its dev F1 at every constant of the polic
 (``dev_f1_at_share_<s>`` / ``dev_f1_at_q_<q>``, the same training rescored), the constant
 used (``share`` / ``q``) and the one the dev curve recommends (``robust_share`` / ``robust_q``,
 :func:`robust_constant`; over several seeds, of the mean curve). Every binary dataset also gets ``count_pca``: loglizer's PCA detector
-on event counts fitted on the train sequences without labels (training.bench_baselines.count_pca), and
+on event counts fitted on the train sequences without labels (training.bench.baselines.count_pca), and
 ``count_pca+normal`` (fitted on the normal ones) when ``unlabelled+normal`` is asked for.
 """
 
@@ -56,8 +56,8 @@ import torch
 from seqenc.config import TVMKAConfig, task_model_settings
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, item_histories
-from training.bench_baselines import always_positive, count_baseline, count_pca
-from training.benchdata import BenchDataset, check_split, duplicates_across_splits, load_dataset
+from training.bench.baselines import always_positive, count_baseline, count_pca
+from training.bench.data import BenchDataset, check_split, duplicates_across_splits, load_dataset
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.evaluate import history_rank_scores
 from training.metrics import headline, ranking_metrics
@@ -69,7 +69,7 @@ from training.unlabelled import UnlabelledTrainer, labelled_metrics
 log = logging.getLogger(__name__)
 
 MODES = ("interleaved", "no_interleave", "flattened", "record_view")
-# next_item (training.benchdata) runs on request: its 1,500 histories of 20-60 purchases are
+# next_item (training.bench.data) runs on request: its 1,500 histories of 20-60 purchases are
 # about twice the tokens of the others and take ~10 min a TVM mode on 2 cores
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
 # "<mode>+<variant>": the mode with model options; rvd = replaced-value detection (seqenc.config),
@@ -288,7 +288,7 @@ def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str 
                    limits: dict | None = None, config: dict | None = None, progress: bool = True,
                    seeds: list[int] | None = None, split: str | None = None) -> tuple[dict, dict]:
     """Returns (results, dataset descriptions). ``config`` overrides the size's model/train settings.
-    ``split``: a split rule every dataset asked for must offer (training.benchdata.SPLIT_RULES;
+    ``split``: a split rule every dataset asked for must offer (training.bench.data.SPLIT_RULES;
     only hdfs has two: ``by_content``, the default, and ``by_line``); None: each dataset's default.
     Checked for every dataset before anything is trained.
 

@@ -18,7 +18,7 @@ encoded two ways, same width and depth (default d_model 256, 4 layers, 8 heads),
 
 The machine may be shared and noisy: each row makes up to ``repeat`` passes (default 3, fewer
 once ``repeat_budget_s`` = 60 s are spent) and reports the fastest as ``seconds`` (all in
-``passes``). Every row runs in its own child process (``python -m seqenc.bench``) so that peak memory is the
+``passes``). Every row runs in its own child process (``python -m training.bench.model``) so that peak memory is the
 row's own (``ru_maxrss`` of the child: the whole process, torch and weights included;
 ``baseline_mb`` is what it held before the pass) and a runaway row cannot take the benchmark
 down. The parent watches the child's resident memory and wall time:
@@ -261,7 +261,7 @@ def bench_model(s: ModelBenchSettings, progress: bool = True) -> dict:
         elif guess and guess[0] > s.max_seconds:
             row.update(status="over_limit", predicted=True, seconds=round(guess[0], 1), peak_mb=round(guess[1], 1))
         else:
-            argv = [sys.executable, "-m", "seqenc.bench", json.dumps(asdict(s)), model, str(n), str(k)]
+            argv = [sys.executable, "-m", "training.bench.model", json.dumps(asdict(s)), model, str(n), str(k)]
             # the wall limit leaves room for start-up and the repeats; a pass itself must fit max_seconds
             status, out, seen_mb = run_isolated(argv, s.max_mb, s.max_seconds + s.repeat_budget_s + 30)
             if status == "ok":
@@ -352,7 +352,7 @@ def write_outputs(result: dict, json_path: str | Path) -> list[Path]:
     return [json_path, md, png]
 
 
-if __name__ == "__main__":  # the child: python -m seqenc.bench SETTINGS_JSON MODEL N K
+if __name__ == "__main__":  # the child: python -m training.bench.model SETTINGS_JSON MODEL N K
     settings = json.loads(sys.argv[1])
     settings = ModelBenchSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in settings.items()})
     print(json.dumps(run_row(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), settings)))

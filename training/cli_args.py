@@ -1,4 +1,4 @@
-"""Argument helpers shared by the ``seqenc`` commands (seqenc.cli, seqenc.bench_cli)."""
+"""Argument helpers shared by the ``seqenc`` commands (training.cli, training.cli_bench)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``seqenc bench ingest``: whole-ingest throughput next to plain Drain3 loops, same lines, same run.
 
-* **ingest**: ``parsers.logs.ingest_logs`` on N generated HDFS-like lines -- read, header parse,
+* **ingest**: ``parsers.log_ingest.ingest_logs`` on N generated HDFS-like lines -- read, header parse,
   masking, Drain3, parameter extraction and key naming, session grouping, Parquet write.
 * **drain3 loop** (``drain3_loop_lines_per_s``, ``ratio``, ``same_templates``): a
   ``TemplateMiner`` with the *same* configuration (masks, depth, similarity, mask-aware
@@ -21,7 +21,7 @@
 Choice: the contents are split from their headers *before* the loops' clocks start, so the
 loops are timed on masking and Drain3 only (conservative: it makes the ratios smaller).
 
-Each side runs in its own child process (``python -m parsers.bench``), so ``peak_rss_mb`` is
+Each side runs in its own child process (``python -m training.bench.ingest``), so ``peak_rss_mb`` is
 the ingest's own peak (``ru_maxrss``, the whole process). ``same_templates`` /
 ``same_templates_cached`` compare the final template sets of the ingest and of each loop. OUT:
 ``{"lines", "lines_per_s", "drain3_loop_lines_per_s", "ratio", "same_templates",
@@ -59,7 +59,8 @@ def generate_lines(n_lines: int, path: Path, seed: int = 0) -> Path:
 
 
 def _child_ingest(log: str, root: str) -> dict:
-    from parsers.logs import ingest_logs, make_miner
+    from parsers.log_ingest import ingest_logs
+    from parsers.logs import make_miner
     from parsers.presets import PRESETS
     from parsers.storage import drain_state_path
 
@@ -116,7 +117,7 @@ def _child_loop(log: str, cached: bool) -> dict:
 
 
 def _run_child(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "parsers.bench", *args], check=True, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "training.bench.ingest", *args], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -1,4 +1,4 @@
-"""The count baselines of ``seqenc bench accuracy``, on a training.benchdata.BenchDataset.
+"""The count baselines of ``seqenc bench accuracy``, on a training.bench.data.BenchDataset.
 
 * :func:`count_baseline` -- logistic regression on event-count vectors (the count vector of a
   sequence: how often each ``event_key`` value seen in train occurs in it), trained on train,
@@ -15,7 +15,7 @@ import time
 import numpy as np
 import polars as pl
 
-from training.benchdata import SPLITS, BenchDataset
+from training.bench.data import SPLITS, BenchDataset
 
 # --------------------------------------------------------------------------- count baseline
 
