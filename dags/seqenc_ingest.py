@@ -1,22 +1,28 @@
 """seqenc_ingest: each day, ingest the landing directory's new raw logs and JSON events.
 
-Graph (one mapped ``ingest_file`` task per file of the data interval)::
+Graph (``mine_file`` and ``ingest_file`` are mapped: one task per file of the data interval,
+run in parallel across the executor's workers)::
 
-    find_files -> ingest_file[0..n] -> finalize
+    find_files -> mine_file[0..n] -> merge_templates -> ingest_file[0..n] -> finalize
 
 * ``find_files`` lists ``<landing>/<source>/<YYYY-MM-DD>/`` for the days of the data interval
-  (parsers.landing);
-* ``ingest_file`` turns one file into Parquet objects (Drain3 for raw logs) or labels in the
-  interval's ``ingest_date=`` partition; one file at a time, because the log files of a source
-  share one Drain3 state;
-* ``finalize`` removes parts that no file of the interval produced any more and writes each
-  partition's manifest, so re-running an interval replaces its partitions exactly.
+  and fixes the detected header of ``auto_header`` log sources (parsers.landing);
+* ``mine_file`` reads and masks one raw log file and keeps its distinct masked contents (other
+  files pass through); ``merge_templates`` sends them, per source and in file order, to the
+  source's Drain3 state -- the one serial step, and a small one -- so the templates and every
+  line's template are those of a serial ingest (parsers.parallel_ingest);
+* ``ingest_file`` turns one file into Parquet objects (with the merged templates for raw logs)
+  or labels in the interval's ``ingest_date=`` partition;
+* ``finalize`` removes parts that no file of the interval produced any more, writes each
+  partition's manifest and clears the mined contents, so re-running an interval replaces its
+  partitions exactly.
 
 Configuration: params ``date`` (a day to (re-)ingest instead of the interval's), ``workdir`` (the data root is ``<workdir>/data``; default
 ``$SEQENC_WORKDIR``, else ``~/seqenc-work``) and ``landing`` (default ``$SEQENC_LANDING``, else
 ``<workdir>/landing``) and ``catalog``; per-source options from the catalogue's ``[sources.<name>]``
 (seqenc.catalog): the param ``catalog``, else the Airflow Variable ``seqenc_catalog`` (a path or
-the TOML text), else ``$SEQENC_CATALOG``, else the built-in one.
+the TOML text), else ``$SEQENC_CATALOG``, else the built-in one. The mapped tasks need a shared
+work directory when they run on several machines (Celery or Kubernetes executor).
 """
 
 from __future__ import annotations
@@ -56,14 +62,31 @@ def _catalog() -> str | None:
 
 @task
 def find_files() -> list[dict]:
-    from parsers.landing import find_interval_files
+    from parsers.landing import find_interval_files, prepare_formats
 
-    _, landing = _paths()
-    return find_interval_files(landing, _days())
+    root, landing = _paths()
+    files = find_interval_files(landing, _days())
+    prepare_formats(files, root, _catalog())
+    return files
 
 
-# One file at a time: the log files of a source share one Drain3 state file.
-@task(max_active_tis_per_dag=1)
+@task
+def mine_file(item: dict) -> dict:
+    from parsers.landing import mine_landing_file
+
+    root, _ = _paths()
+    return mine_landing_file(item, root, _catalog())
+
+
+@task
+def merge_templates(items: list[dict]) -> list[dict]:
+    from parsers.landing import merge_landing
+
+    root, _ = _paths()
+    return merge_landing(list(items), root, _catalog())
+
+
+@task
 def ingest_file(item: dict) -> dict:
     from parsers.landing import ingest_file as ingest_one
 
@@ -89,7 +112,7 @@ def finalize(files: list[dict], reports) -> dict:
     schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
     start_date=datetime(2025, 1, 1, tzinfo=UTC),
     catchup=False,
-    max_active_runs=1,  # runs share the Drain3 state of each source
+    max_active_runs=1,  # runs share the Drain3 state of each source (the merge also takes its lock)
     default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
     params={
         "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory (data root: <workdir>/data)"),
@@ -104,7 +127,8 @@ def finalize(files: list[dict], reports) -> dict:
 )
 def seqenc_ingest():
     files = find_files()
-    reports = ingest_file.expand(item=files)
+    mined = mine_file.expand(item=files)
+    reports = ingest_file.expand(item=merge_templates(mined))
     finalize(files, reports)
 
 

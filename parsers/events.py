@@ -214,9 +214,9 @@ def ingest_events(
     batch by batch. Rows are in input order; ``step`` orders a session's events.
 
     Returns a report: ``read, parsed, rejected, reject_share, blank, objects, rows, sequences,
-    null_values, empty_containers, objects_path, rejects_path, seconds``. Outputs are written in
-    any case; a reject share above ``max_reject_share`` then raises
-    ``parsers.storage.RejectShareExceeded``.
+    null_values, empty_containers, objects_path, rejects_path, seconds``. A reject share above
+    ``max_reject_share`` raises ``parsers.storage.RejectShareExceeded`` after writing only the
+    rejects (parsers.storage.refuse_rejected_input).
     """
     start = time.perf_counter()
     path = Path(path)
@@ -231,6 +231,7 @@ def ingest_events(
             sequences.add(events["line_no"], events["sequence_id"], events["ts_us"])
             spill.write(events.select("line_no", "keys", "values"))
         sequences.finish()
+        storage.refuse_rejected_input(root, source, ingest_date, path, rejects, reader.read, max_reject_share)
 
         def objects():
             for batch in spill:

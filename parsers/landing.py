@@ -24,14 +24,18 @@ Per-source options come from the catalogue (seqenc.catalog: ``[sources.<name>]``
 ``label_id_column`` / ``label_column``, ``max_reject_share``). A landing folder of a source the
 catalogue does not declare is ingested with the defaults: events by ``session_id`` and ``ts``,
 logs only when the source is named like a log preset; label CSVs use their first two columns; a
-file with more than 10 % rejected lines fails its task (its rejects are written first, with
-reasons).
+file with more than 10 % rejected lines fails its task (only its rejects are written, with
+reasons; no objects part).
 
-Choices: Drain3 state is one file per source (``<root>/state/drain3-<src>.json``), read at the
-start and written at the end of each log file's ingest, so log files of one source must not be
-ingested in parallel -- the DAG runs the mapped ingest one file at a time. Labels are not date
-partitioned (a label may arrive days after its sequence); each label file's part is named
-``<date>_<stem>`` so that every day's ``labels.csv`` is kept.
+Log files of one source share its Drain3 state (``<root>/state/drain3-<src>.json``). They are
+ingested in parallel in three steps (parsers.parallel_ingest): :func:`mine_landing_file` per
+file (parallel), :func:`merge_landing` (serial, small: the distinct masked contents only), then
+:func:`ingest_file` per file (parallel) with the merged templates; the Drain3 state and every
+line's template are those of a serial run in list order. :func:`prepare_formats` first fixes
+the detected header of ``auto_header`` sources, from their first file.
+
+Choice: labels are not date partitioned (a label may arrive days after its sequence); each
+label file's part is named ``<date>_<stem>`` so that every day's ``labels.csv`` is kept.
 """
 
 from __future__ import annotations
@@ -64,15 +68,15 @@ def source_spec(catalog, source: str, kind: str) -> Source:
 
 
 def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, kind: str | None = None,
-                ingest_date=None, part_stem: str | None = None) -> dict:
+                ingest_date=None, part_stem: str | None = None, merged: bool = False) -> dict:
     """Ingest one raw file of ``source`` as its ``spec`` says: ``kind`` "logs" or "events" (default:
     the source's) writes objects, "labels" writes labels (``part_stem`` names their part). The one
     place that turns a source's declared options into the ingest functions' arguments, for
-    ``seqenc ingest``, the demo and the landing DAG."""
+    ``seqenc ingest``, the demo and the landing DAG. ``merged``: a log file whose templates the
+    parallel ingest's mine and merge steps decided (parsers.parallel_ingest): write it with them."""
     from parsers.events import ingest_events
     from parsers.log_ingest import ingest_logs
     from parsers.logs import ingest_labels
-    from parsers.sessions import SessionSpec
 
     kind = kind or spec.kind
     if kind == "labels":
@@ -82,14 +86,27 @@ def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, k
         return ingest_events(path, root, source=source, ingest_date=ingest_date, **spec.event_options())
     if kind != "logs":
         raise ValueError(f"unknown ingest kind {kind!r} for {path}; allowed: logs, events, labels")
-    fmt = log_format(path, root, source, spec)
+    fmt, session = log_options(path, root, source, spec)
+    frozen = None
+    if merged:
+        from parsers.parallel_ingest import frozen_templates
+
+        frozen = frozen_templates(root, source, ingest_date, path)
+    return ingest_logs(path, root, source=source, preset=fmt, ingest_date=ingest_date, session=session,
+                       max_reject_share=spec.max_reject_share, frozen=frozen)
+
+
+def log_options(path: str | Path, root: str | Path, source: str, spec: Source):
+    """``(format, session)`` of a log source's file as its spec declares them (session None:
+    the format's own grouping)."""
+    from parsers.sessions import SessionSpec
+
     session = None
     if spec.session_id:
         session = SessionSpec(id_pattern=spec.session_id)
     elif spec.window:
         session = SessionSpec(field=spec.session_field, window_s=spec.window, step_s=spec.step)
-    return ingest_logs(path, root, source=source, preset=fmt, ingest_date=ingest_date, session=session,
-                       max_reject_share=spec.max_reject_share)
+    return log_format(path, root, source, spec), session
 
 
 def log_format(path: str | Path, root: str | Path, source: str, spec: Source):
@@ -177,15 +194,59 @@ def part_of(item: dict) -> str:
     return storage.part_name(_label_stem(item) + ".csv" if item["kind"] == "labels" else item["path"])
 
 
+def prepare_formats(files: list[dict], root: str | Path, catalog=None) -> None:
+    """Before log files are mined in parallel: detect and keep the header of every
+    ``auto_header`` log source of ``files`` that has none yet, from its first file in list order
+    -- the file a serial run would have detected it from (:func:`log_format`)."""
+    seen = set()
+    for item in files:
+        if item["kind"] != "logs" or item["source"] in seen:
+            continue
+        seen.add(item["source"])
+        spec = source_spec(catalog, item["source"], "logs")
+        if spec.auto_header:
+            log_format(item["path"], root, item["source"], spec)
+
+
+def mine_landing_file(item: dict, root: str | Path, catalog=None) -> dict:
+    """Parallel ingest, step 1 for one file (parsers.parallel_ingest.mine_file): a log file is
+    mined and comes back with ``"mined": true``; other files come back as they are."""
+    if item["kind"] != "logs":
+        return item
+    from parsers.parallel_ingest import mine_file
+
+    spec = source_spec(catalog, item["source"], "logs")
+    fmt, session = log_options(item["path"], root, item["source"], spec)
+    report = mine_file(item["path"], root, item["source"], fmt, item["date"], session)
+    return {**item, "mined": True, "distinct": report["distinct"]}
+
+
+def merge_landing(items: list[dict], root: str | Path, catalog=None) -> list[dict]:
+    """Parallel ingest, step 2: per source, the mined files' contents into its Drain3 state in
+    list order (parsers.parallel_ingest.merge_mined); returns ``items`` for the write step."""
+    from parsers.parallel_ingest import merge_mined
+
+    by_source: dict[str, list[dict]] = {}
+    for item in items:
+        if item.get("mined"):
+            by_source.setdefault(item["source"], []).append(item)
+    for source, group in by_source.items():
+        fmt, _ = log_options(group[0]["path"], root, source, source_spec(catalog, source, "logs"))
+        merge_mined([(g["path"], g["date"]) for g in group], root, source, fmt)
+    return items
+
+
 def ingest_file(item: dict, root: str | Path, catalog=None) -> dict:
     """Ingest one file found by :func:`find_interval_files` into the data root, with its source's
     options from ``catalog`` (seqenc.catalog.load_catalog: a path, TOML text, a Catalog, or
     None for $SEQENC_CATALOG / the default); returns the ingest report plus ``path, source,
-    date, kind, part``."""
+    date, kind, part``. A log file that :func:`merge_landing` merged (``"mined": true``) is
+    written with the merged templates (parallel ingest, step 3), without the source's lock."""
     source, day, path, kind = item["source"], item["date"], Path(item["path"]), item["kind"]
     spec = source_spec(catalog, source, kind)
     stem = _label_stem(item) if kind == "labels" else None
-    report = ingest_path(path, root, source, spec, kind, ingest_date=day, part_stem=stem)
+    report = ingest_path(path, root, source, spec, kind, ingest_date=day, part_stem=stem,
+                         merged=bool(item.get("mined")))
     out = json.loads(json.dumps(report, default=str))
     return {**out, "path": str(path), "source": source, "date": day, "kind": kind, "part": part_of(item)}
 
@@ -239,4 +300,8 @@ def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> d
                 kept[f"{source}/{day}"] = sorted(wanted)
     if removed:
         log.info("landing: removed %d stale parts: %s", len(removed), removed)
+    from parsers.parallel_ingest import clear_mined
+
+    for source, day in sorted({(f["source"], f["date"]) for f in files if f["kind"] == "logs"}):
+        clear_mined(root, source, day)  # the parallel ingest's maps: every file is written now
     return {"days": days, "kept": kept, "removed": removed, "files": len(files)}

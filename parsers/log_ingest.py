@@ -73,11 +73,32 @@ def _keep(frame, mask: pl.Series):
     return frame if mask.all() else frame.filter(mask)
 
 
-class _Learner:
-    """Pass 1 state: the compact per-line numbers and what is counted."""
+@dataclass
+class FrozenTemplates:
+    """Clusters decided before a file is read (parallel ingest, parsers.parallel_ingest): the
+    cluster id of every masked content of the file, and the template of every such cluster.
+    With them the ingest neither searches nor changes the Drain3 tree."""
 
-    def __init__(self, fmt: LogFormat, session: SessionSpec, parser: LineParser):
-        self.fmt, self.session, self.parser = fmt, session, parser
+    clusters: dict[str, int]  # masked content -> cluster id
+    templates: dict[int, str]  # cluster id -> its template when the contents were merged
+    new_templates: int = 0  # clusters the merge created for this file
+    total_templates: int = 0  # clusters of the source after the merge
+
+    def assign(self, masked: pl.Series) -> pl.Series:
+        ids = masked.replace_strict(self.clusters, default=None, return_dtype=pl.Int64)
+        if ids.null_count():
+            example = masked.filter(ids.is_null())[0]
+            raise ValueError(f"a line's content was not mined ({example[:80]!r}): the file changed after the "
+                             "mine step; run the interval's mine, merge and write steps again")
+        return ids
+
+
+class _Learner:
+    """Pass 1 state: the compact per-line numbers and what is counted. ``assign`` (frozen
+    templates) replaces Drain3 for the cluster of each line."""
+
+    def __init__(self, fmt: LogFormat, session: SessionSpec, parser: LineParser, assign=None):
+        self.fmt, self.session, self.parser, self.assign = fmt, session, parser, assign
         self.rows = SequenceRows()
         self.anomalous: set[int] = set()
         self.rejects = storage.Rejects()
@@ -86,6 +107,8 @@ class _Learner:
     def _clusters(self, masked: pl.Series) -> pl.Series:
         """Cluster id per line: each distinct masked content new to the run goes to Drain3 once,
         in file order; repeats only add to the cluster's size."""
+        if self.assign is not None:
+            return self.assign(masked)
         drain, cache = self.parser.miner.drain, self.parser._clusters  # bounded: LineParser.cache_cluster
         counts = dict(masked.value_counts().iter_rows())
         ids = {}
@@ -110,9 +133,9 @@ class _Learner:
             out.append(None if isinstance(ids, str) else ids)
         return pl.Series(out, dtype=pl.List(pl.String))
 
-    def add(self, lines: pl.DataFrame) -> pl.DataFrame:
-        """Learn from one batch of lines (``line_no, text``); return its lines to write (header
-        fields, Content, line_no, cluster), which the caller spills to disk for pass 2."""
+    def place(self, lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+        """One batch of lines (``line_no, text``) -> the lines that reach Drain3 (header fields,
+        Content, ``masked``, ``ts``) and their sequence ids; the others become rejects."""
         fmt = self.fmt
         content = pl.col("Content")
         derived = {"masked": columns.mask(content, fmt)}
@@ -130,12 +153,18 @@ class _Learner:
         self.rejects.extend(self._reasons(frame, header_ok, ts_ok, good, placed))
         good, ids = _keep(good, placed), _keep(ids, placed)
         self.parsed += good.height
+        return good, ids
+
+    def add(self, lines: pl.DataFrame) -> pl.DataFrame:
+        """Learn from one batch of lines (``line_no, text``); return its lines to write (header
+        fields, Content, line_no, cluster), which the caller spills to disk for pass 2."""
+        good, ids = self.place(lines)
         good = good.with_columns(cluster=self._clusters(good["masked"]))
         has_id = ids.list.len() > 0
         self.no_id += int((~has_id).sum())
         good, ids = _keep(good, has_id), _keep(ids, has_id)
         self._rows(good, ids)
-        return good.select(*fmt.key_fields, "Content", "line_no", "cluster")
+        return good.select(*self.fmt.key_fields, "Content", "line_no", "cluster")
 
     def _reasons(self, frame, header_ok, ts_ok, good, placed):
         """(line number, reason, raw text) of the batch's rejected lines."""
@@ -251,7 +280,7 @@ def _objects(groups: list[_Group], rows: pl.DataFrame, sequences: SequenceRows) 
 
 def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = "hdfs", ingest_date=None,
                 session: SessionSpec | None = None, max_reject_share: float | None = None,
-                batch_lines: int = 200_000) -> dict:
+                batch_lines: int = 200_000, frozen: FrozenTemplates | None = None) -> dict:
     """Parse a raw log file into ``objects`` (and ``rejects``) Parquet under ``root``.
 
     ``session`` overrides the format's grouping (parsers.sessions). A format with a
@@ -261,47 +290,57 @@ def ingest_logs(log_path, root, source: str = "hdfs", preset: str | LogFormat = 
     Returns a report: ``read, parsed, rejected, reject_share, blank, no_sequence_id, objects,
     rows, sequences, templates, new_templates, param_failures, objects_path, rejects_path,
     labels_path, state_path, session, seconds``. Blank lines are counted (``blank``) and
-    skipped. The outputs are written in any case; then, when ``rejected / read`` passes
-    ``max_reject_share``, :class:`parsers.storage.RejectShareExceeded` is raised. Two ingests of
-    one source run one after the other (:func:`parsers.storage.source_lock`).
+    skipped. When ``rejected / read`` passes ``max_reject_share``, only the rejects are written
+    and :class:`parsers.storage.RejectShareExceeded` is raised (no objects, labels or Drain3
+    state). Two ingests of one source run one after the other
+    (:func:`parsers.storage.source_lock`): they share its Drain3 state.
+
+    ``frozen``: the file's clusters were decided beforehand (parsers.parallel_ingest, which
+    mines every file of a batch, merges them into the Drain3 state in one serial step, then
+    writes the files in parallel with this): Drain3 is not searched, its state neither read
+    nor written, and no lock is taken.
     """
-    with storage.source_lock(root, source):  # one log ingest of a source at a time: they share its Drain3 state
+    if frozen is not None:
+        return _ingest_logs(log_path, root, source, preset, ingest_date, session, max_reject_share, batch_lines,
+                            frozen)
+    with storage.source_lock(root, source):
         return _ingest_logs(log_path, root, source, preset, ingest_date, session, max_reject_share, batch_lines)
 
 
 def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: SessionSpec | None,
-                 max_reject_share: float | None, batch_lines: int) -> dict:
-    """:func:`ingest_logs` under the source's lock."""
+                 max_reject_share: float | None, batch_lines: int, frozen: FrozenTemplates | None = None) -> dict:
+    """:func:`ingest_logs` (under the source's lock unless ``frozen``)."""
     start = time.perf_counter()
     fmt = resolve(preset)
     log_path = Path(log_path)
     session = session or fmt.session_spec()
     state_path = storage.drain_state_path(root, source)
-    parser = LineParser(fmt, state_path)
+    parser = LineParser(fmt, None if frozen else state_path)
     miner = parser.miner
     clusters_before = len(miner.drain.clusters)
 
-    # ---- pass 1: learn templates, place lines in sequences, spill the lines to disk
     obj_path = storage.objects_path(root, source, ingest_date, log_path)
-    spill = Spill(obj_path)
-    learner = _Learner(fmt, session, parser)
-    reader = storage.LineReader(log_path, learner.rejects)
-    for lines in reader.frames(batch_lines):
-        spill.write(learner.add(lines))
-    learner.rows.finish()
+    with Spill(obj_path) as spill:
+        # ---- pass 1: learn templates, place lines in sequences, spill the lines to disk
+        learner = _Learner(fmt, session, parser, assign=frozen.assign if frozen else None)
+        reader = storage.LineReader(log_path, learner.rejects)
+        for lines in reader.frames(batch_lines):
+            spill.write(learner.add(lines))
+        learner.rows.finish()
+        storage.refuse_rejected_input(root, source, ingest_date, log_path, learner.rejects, reader.read,
+                                      max_reject_share)
 
-    # ---- pass 2: slots against the final templates, long-form rows, streamed to Parquet
-    templates = {c.cluster_id: c.get_template() for c in miner.drain.clusters}
-    key_names = load_key_names(fmt)
-    counts = {"param_failures": 0}
+        # ---- pass 2: slots against the final templates, long-form rows, streamed to Parquet
+        templates = frozen.templates if frozen else {c.cluster_id: c.get_template() for c in miner.drain.clusters}
+        key_names = load_key_names(fmt)
+        counts = {"param_failures": 0}
 
-    def objects():
-        for batch in spill:
-            if batch.height:
-                groups = _groups(batch, templates, miner, fmt, key_names, counts)
-                yield _objects(groups, learner.rows.of_lines(batch["line_no"]), learner.rows)
+        def objects():
+            for batch in spill:
+                if batch.height:
+                    groups = _groups(batch, templates, miner, fmt, key_names, counts)
+                    yield _objects(groups, learner.rows.of_lines(batch["line_no"]), learner.rows)
 
-    with spill:
         n_rows = storage.write_batches_atomic(objects(), obj_path, storage.OBJECTS_SCHEMA)
 
     # ---- rejects, labels, then Drain3 state (after the data it describes)
@@ -314,7 +353,8 @@ def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: Sess
         labels_path = storage.write_parquet_atomic(
             pa.table({"sequence_id": names, "label": labels}, schema=storage.LABELS_SCHEMA),
             storage.labels_path(root, source, log_path))
-    miner.save_state(f"ingest {log_path.name}")
+    if frozen is None:
+        miner.save_state(f"ingest {log_path.name}")
 
     report = {
         "read": reader.read,
@@ -325,8 +365,8 @@ def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: Sess
         "objects": learner.rows.frame.height,
         "rows": n_rows,
         "sequences": len(learner.rows.names),
-        "templates": len(miner.drain.clusters),
-        "new_templates": len(miner.drain.clusters) - clusters_before,
+        "templates": frozen.total_templates if frozen else len(miner.drain.clusters),
+        "new_templates": frozen.new_templates if frozen else len(miner.drain.clusters) - clusters_before,
         "param_failures": counts["param_failures"],
         "objects_path": str(obj_path),
         "rejects_path": str(rej_path) if rej_path else None,

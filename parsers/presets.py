@@ -193,8 +193,11 @@ PRESETS: dict[str, LogFormat] = {
                 field_patterns={"LogId": r"\d+", "Node": r".+?", "Component": r"\S+", "State": r"\S+",
                                 "Time": r"\d+", "Flag": r"-?\d+"}, masks=(NUM,),
                 ts_fields=("Time",), ts_format="epoch", session_field="Node"),
-    "linux": _fmt("linux", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
-    "syslog": _fmt("syslog", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6),
+    # syslog stamps carry no year: read as 1900 (a log that spans New Year's Eve is misordered there)
+    "linux": _fmt("linux", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6,
+                  ts_fields=("Month", "Date", "Time"), ts_format="%b %d %H:%M:%S"),
+    "syslog": _fmt("syslog", "", header_regex=_SYSLOG_RX, masks=(IP, CLOCK), sim_th=0.39, depth=6,
+                   ts_fields=("Month", "Date", "Time"), ts_format="%b %d %H:%M:%S"),
     "thunderbird": _fmt(
         "thunderbird", "",
         header_regex=(r"^(?P<Label>\S+)\s+(?P<Timestamp>\d+)\s+(?P<Date>\S+)\s+(?P<User>\S+)\s+(?P<Month>\S+)\s+"

@@ -157,6 +157,12 @@ def source_lock(root: str | os.PathLike, source: str, what: str = "log ingest"):
                             f"another {what} of source {source!r}")
 
 
+def mined_dir(root: str | os.PathLike, source: str) -> Path:
+    """``<root>/state/mined/source=<src>``: what the parallel ingest's mine step found, per day
+    and file, until the write step is done (parsers.parallel_ingest)."""
+    return Path(root) / "state" / "mined" / f"source={_check_source(source)}"
+
+
 def detected_format_path(root: str | os.PathLike, source: str) -> Path:
     """``<root>/state/format-<src>.json``: the header detected for a log source (``--auto-header``),
     so that every later file of the source splits into the same fields."""
@@ -287,9 +293,27 @@ class RejectShareExceeded(RuntimeError):
     """More of the input was rejected than the caller accepts; ``report`` says how much."""
 
     def __init__(self, report: dict, max_share: float):
-        self.report = report
+        self.report, self.max_share = report, max_share
         super().__init__(f"{report['rejected']} of {report['read']} lines rejected "
                          f"({report['reject_share']:.1%} > {max_share:.1%}); see {report['rejects_path']}")
+
+    def __reduce__(self):  # rebuilt from its arguments when it crosses a process boundary
+        return type(self), (self.report, self.max_share)
+
+
+def refuse_rejected_input(root, source: str, ingest_date, input_path, rejects: list, read: int,
+                          max_share: float | None) -> None:
+    """The reject-share gate, run after reading and before writing anything but the rejects:
+    when ``len(rejects) / read`` passes ``max_share``, write the rejects (the reasons) and raise
+    :class:`RejectShareExceeded`. So a failed file leaves no objects, labels or Drain3 state
+    behind (a part of an earlier, accepted version of the same file stays as it was)."""
+    share = len(rejects) / read if read else 0.0
+    if max_share is None or share <= max_share:
+        return
+    rejects.sort(key=lambda r: r[0])
+    rej_path = write_rejects(root, source, ingest_date, input_path, rejects)
+    raise RejectShareExceeded({"read": read, "rejected": len(rejects), "reject_share": share,
+                               "objects_path": None, "rejects_path": str(rej_path)}, max_share)
 
 
 def check_reject_share(report: dict, max_share: float | None) -> dict:

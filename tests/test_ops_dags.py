@@ -23,7 +23,8 @@ from parsers.synthetic import generate_hdfs_logs, generate_session_events
 DAY = "2025-03-01"
 LOGICAL = "2025-03-02T00:00:00"  # the @daily run at midnight after DAY: its data interval is DAY
 GRAPHS = {
-    "seqenc_ingest": {("find_files", "ingest_file"), ("find_files", "finalize"), ("ingest_file", "finalize")},
+    "seqenc_ingest": {("find_files", "mine_file"), ("mine_file", "merge_templates"), ("merge_templates", "ingest_file"),
+                      ("find_files", "finalize"), ("ingest_file", "finalize")},
     # mapped over the catalogue's tasks: a task added to the catalogue is trained and scored
     "seqenc_nightly_training": {("tasks", "train"), ("train", "promote")},
     "seqenc_batch_score": {("tasks", "score")},
@@ -127,6 +128,15 @@ def test_ingest_maps_one_task_per_file_and_fills_the_interval_partition(ops):
     assert len(mapped) == 4  # hdfs log + labels, sessions events + labels; the .bak file is ignored
     kinds = sorted(x["kind"] for t, x in run["xcoms"].items() if t.startswith("ingest_file["))
     assert kinds == ["events", "labels", "labels", "logs"]
+    # the parallel log ingest: every file through mine_file (only the log is mined), one merge
+    assert sorted(t for t in run["states"] if t.startswith("mine_file[")) == \
+        [f"mine_file[{i}]" for i in range(4)]
+    assert run["states"]["merge_templates"] == "success"
+    assert sorted(x.get("mined", False) for t, x in run["xcoms"].items() if t.startswith("mine_file[")) == \
+        [False, False, False, True]
+    log_report = next(x for t, x in run["xcoms"].items() if t.startswith("ingest_file[") and x["kind"] == "logs")
+    assert log_report["templates"] > 0 and log_report["rejected"] == 0
+    assert not list(storage.mined_dir(ops["workdir"] / "data", "hdfs").rglob("*.parquet"))  # cleared by finalize
     objects = ops["objects1"]
     assert objects["hdfs"].height > 0 and objects["sessions"].height > 0
     assert objects["hdfs"]["sequence_id"].n_unique() == 200

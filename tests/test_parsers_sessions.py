@@ -64,8 +64,10 @@ def test_reject_share_threshold_fails_the_command_but_keeps_the_outputs(tmp_path
     assert main([*args, "--max-reject-share", "0.1"]) == 3
     report = json.loads(capsys.readouterr().out)
     assert report["reject_share"] == pytest.approx(0.2) and report["rejected"] == 2
-    assert storage.read_rejects(tmp_path / "d", "hdfs").height == 2  # written either way
-    assert storage.read_objects(tmp_path / "d", "hdfs").height > 0
+    assert storage.read_rejects(tmp_path / "d", "hdfs").height == 2  # the reasons are written
+    # a failed file leaves no objects part and no Drain3 state behind
+    assert not list(storage.objects_dir(tmp_path / "d", "hdfs").rglob("part-*.parquet"))
+    assert not storage.drain_state_path(tmp_path / "d", "hdfs").exists()
     assert main([*args, "--max-reject-share", "0.25"]) == 0
 
 

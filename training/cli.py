@@ -1,7 +1,7 @@
 """The ``seqenc`` command.
 
     seqenc demo --out DIR          the main job on the built-in data (generate, ingest, train, score)
-    seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects (--labels CSV)
+    seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects (--labels CSV, --workers N)
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects (--labels CSV)
     seqenc profile --root ROOT --source S   per key: distinct values, share, unique per object; a starter task
     seqenc tasks [--catalog FILE]  the declared tasks, with ingested / labelled sequences per class
@@ -11,7 +11,8 @@
     seqenc bench model --json OUT  TVM-KA vs flattened BERT (cut at the window and whole): time, peak memory
     seqenc logformat suggest FILE  a header for a log file of unknown layout (first line), and a formats JSON
     seqenc bench parse --loghub DIR --json OUT   GA and PA of our parser vs Drain3 ([--formats F] [--auto-header])
-    seqenc bench ingest --lines N --json OUT     ingest throughput vs a Drain3 loop (cached and not), peak RSS
+    seqenc bench ingest --lines N --json OUT     ingest throughput vs a Drain3 loop (cached and not), peak RSS;
+                                                 [--workers 1,2,4] parallel ingest rows
     seqenc bench accuracy --data DIR --json OUT  every training mode + count baselines, same splits (docs/benchmarks.md)
     seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
     seqenc ui [--workdir DIR]      the MLflow UI on a work directory's runs
@@ -28,6 +29,7 @@ import sys
 from pathlib import Path
 
 from training.cli_args import config_arg
+from training.cli_ingest import cmd_ingest_events, cmd_ingest_logs
 
 
 def _print_summary(summary: dict) -> None:
@@ -67,83 +69,6 @@ def cmd_demo(args) -> int:
     _print_summary(summary)
     print(f"summary: {args.out}/summary.json")
     return 0
-
-
-def _run_ingest(fn) -> int:
-    """Print the run report; exit 3 when the reject share passed --max-reject-share."""
-    from parsers.storage import RejectShareExceeded
-
-    try:
-        report = fn()
-    except RejectShareExceeded as exc:
-        print(json.dumps(exc.report, indent=2, default=str))
-        logging.getLogger("seqenc").error("%s", exc)
-        return 3
-    print(json.dumps(report, indent=2, default=str))
-    return 0
-
-
-def _source_spec(args, kind: str):
-    """The catalogue's options for ``--source`` (or an undeclared source's defaults), with the
-    options given on the command line on top."""
-    from parsers.landing import source_spec
-
-    spec = source_spec(args.catalog, args.source, kind)
-    if spec.kind != kind:
-        raise ValueError(f"source {args.source!r} is declared as {spec.kind} in the catalogue; use "
-                         f"seqenc ingest {spec.kind}")
-    given = {name: getattr(args, name) for name in ("preset", "formats", "auto_header", "session_field", "ts_field",
-                                                    "label_id_column", "label_column", "max_reject_share")
-             if getattr(args, name, None) is not None}
-    if getattr(args, "session_id", None):
-        given["session_id"] = args.session_id
-    if getattr(args, "window", None):
-        given.update(window=args.window, step=args.step, session_id=None)
-    return spec.model_validate({**spec.model_dump(), **given})
-
-
-def _input_files(args, spec) -> list[str]:
-    """FILE, else the files the catalogue's ``path`` (a file, glob or folder) names."""
-    if args.file:
-        return [args.file]
-    if not spec.path:
-        raise ValueError(f"no input: give FILE, or a path for source {args.source!r} in the catalogue")
-    from seqenc.catalog import load_catalog
-
-    where = load_catalog(args.catalog).resolve_path(spec.path)
-    files = sorted(p for p in (where.iterdir() if where.is_dir() else where.parent.glob(where.name)) if p.is_file())
-    if not files:
-        raise FileNotFoundError(f"source {args.source!r}: its catalogue path {where} matches no file")
-    return [str(p) for p in files]
-
-
-def _ingest(args, kind: str) -> int:
-    from parsers.landing import ingest_path
-
-    spec = _source_spec(args, kind)
-    code = 0
-    for path in _input_files(args, spec):
-        code = max(code, _run_ingest(lambda p=path: ingest_path(p, args.root, args.source, spec, kind,
-                                                                 ingest_date=args.date)))
-    labels = args.labels or (str(_catalog_path(args, spec.labels)) if spec.labels else None)
-    if labels:
-        report = ingest_path(labels, args.root, args.source, spec, "labels", ingest_date=args.date)
-        print(json.dumps({"labels": report}, indent=2, default=str))
-    return code
-
-
-def _catalog_path(args, path: str):
-    from seqenc.catalog import load_catalog
-
-    return load_catalog(args.catalog).resolve_path(path)
-
-
-def cmd_ingest_logs(args) -> int:
-    return _ingest(args, "logs")
-
-
-def cmd_ingest_events(args) -> int:
-    return _ingest(args, "events")
 
 
 def cmd_profile(args) -> int:
@@ -283,6 +208,12 @@ def cmd_score(args) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from seqenc.config import TRAINING_MODES, TRAINING_PRESETS
     from training.cli_bench import add_bench_parser
@@ -311,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "ingested with its declared options; options given here win.")
     isub = ingest.add_subparsers(dest="kind", required=True)
     logs = isub.add_parser("logs", help="raw log file -> Drain3 templates and named parameters")
-    logs.add_argument("file", nargs="?", help="raw log file (default: the files of the source's catalogue path)")
+    logs.add_argument("file", nargs="*", metavar="FILE",
+                      help="raw log file(s) (default: the files of the source's catalogue path)")
     logs.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
     logs.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
     logs.add_argument("--preset", default=None,
@@ -332,6 +264,9 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--window", type=float, default=None, metavar="SECONDS", help="time-window length")
     logs.add_argument("--step", type=float, default=None, metavar="SECONDS",
                       help="window start every STEP seconds (< window: sliding; default: fixed windows)")
+    logs.add_argument("--workers", type=_positive_int, default=1, metavar="N",
+                      help="with several files: N processes mine and write them in parallel, one serial merge of "
+                           "their templates in between (same templates and grouping as one file after the other)")
     events = isub.add_parser("events", help="JSON Lines events (optionally .gz) -> flattened dotted keys")
     events.add_argument("file", nargs="?", help="JSON Lines file (.jsonl, .json, .ndjson, optionally .gz; default: "
                         "the files of the source's catalogue path)")

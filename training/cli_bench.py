@@ -69,8 +69,27 @@ def cmd_bench_parse(args) -> int:
 def cmd_bench_ingest(args) -> int:
     from training.bench.ingest import bench_ingest, ingest_table
 
-    _write_result(bench_ingest(args.lines, seed=args.seed), ingest_table, args.json)
+    workers = _int_list(args.workers, "--workers") if args.workers else None
+    result = bench_ingest(args.lines, seed=args.seed, workers=workers, loops=not args.no_loops, files=args.files)
+    _write_result(result, ingest_table, args.json)
+    if workers:
+        from training.bench.ingest import plot_parallel
+
+        png = Path(args.json).with_suffix(".png")
+        plot_parallel(result, png)
+        print(f"wrote {png}")
     return 0
+
+
+def _int_list(text: str, flag: str) -> list[int]:
+    """``1,2,4`` -> [1, 2, 4]; a ValueError naming the flag otherwise."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} takes whole numbers separated by commas, e.g. 1,2,4; got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag} takes numbers >= 1, e.g. 1,2,4; got {text!r}")
+    return values
 
 
 def _write_result(result: dict, table, json_path) -> None:
@@ -164,6 +183,13 @@ def add_bench_parser(sub) -> None:
     bi.add_argument("--lines", type=int, default=1_000_000)
     bi.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bi.add_argument("--seed", type=int, default=0)
+    bi.add_argument("--workers", default=None, metavar="W1,W2,...",
+                    help="also ingest the lines cut into files with parallel workers (parsers.parallel_ingest), "
+                         "once per count, next to the serial ingest of the same files: the 'parallel' rows")
+    bi.add_argument("--files", type=int, default=None,
+                    help="files the lines are cut into for --workers (default 4 per worker of the largest count)")
+    bi.add_argument("--no-loops", action="store_true",
+                    help="leave out the Drain3 loop baselines (the uncached one is slow on millions of lines)")
     bi.set_defaults(func=cmd_bench_ingest)
     bs = bsub.add_parser("score", help="batch-scoring throughput of a d_model-256 4-layer TVM-KA (random init) on "
                          "generated HDFS blocks vs scoring one sequence at a time")

@@ -19,7 +19,7 @@ encoded two ways, same width and depth (default d_model 256, 4 layers, 8 heads),
 The machine may be shared and noisy: each row makes up to ``repeat`` passes (default 3, fewer
 once ``repeat_budget_s`` = 60 s are spent) and reports the fastest as ``seconds`` (all in
 ``passes``). Every row runs in its own child process (``python -m training.bench.model``) so that peak memory is the
-row's own (``ru_maxrss`` of the child: the whole process, torch and weights included;
+row's own (``VmHWM`` of the child, parsers.resources: the whole process, torch and weights included;
 ``baseline_mb`` is what it held before the pass) and a runaway row cannot take the benchmark
 down. The parent watches the child's resident memory and wall time:
 
@@ -47,12 +47,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import resource
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from parsers.resources import peak_rss_mb
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def run_row(model: str, n_objects: int, n_keys: int, s: ModelBenchSettings) -> d
             tokens, n_inputs = forward()
             passes.append(time.perf_counter() - t0)
     seconds = min(passes)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    peak_mb = peak_rss_mb()
     row = {"model": model, "n_objects": n_objects, "n_keys": n_keys, "tokens": tokens,
            "seconds": round(seconds, 4), "peak_mb": round(peak_mb, 1), "baseline_mb": round(baseline_mb, 1),
            "inputs": n_inputs, "threads": torch.get_num_threads(), "passes": [round(p, 4) for p in passes]}

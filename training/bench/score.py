@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import shutil
 import time
 from contextlib import contextmanager
@@ -52,6 +51,8 @@ import numpy as np
 import polars as pl
 import torch
 from tqdm.auto import tqdm
+
+from parsers.resources import peak_rss_mb
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,6 @@ def _rss_mb() -> float:
     import psutil
 
     return psutil.Process().memory_info().rss / 2**20
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, dict]:
@@ -202,7 +199,7 @@ def _bench_score(s: ScoreBenchSettings, workdir: Path, progress: bool) -> dict:
     base = run_one_at_a_time(bundle_dir, objects, base_ids, progress)
     log.info("batched: scoring %d sequences in one call", len(ids))
     batched = run_batched(bundle_dir, objects, progress)
-    peak = _peak_rss_mb()
+    peak = peak_rss_mb()
 
     pred = batched["predictions"]
     pred.write_parquet(workdir / "predictions_batched.parquet")
