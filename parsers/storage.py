@@ -468,6 +468,26 @@ def read_objects(root: str | os.PathLike, source: str,
     return _read_parts(folder, OBJECTS_SCHEMA)
 
 
+def scan_objects(root: str | os.PathLike, source: str,
+                 ingest_date: str | dt.date | list | tuple | None = None) -> pl.LazyFrame:
+    """:func:`read_objects` as a lazy frame: nothing is read until it is collected, and a
+    filter (a chunk of sequence ids, a key) is applied while the files are read, so a caller
+    can work through a large partition a part at a time. Same rows, same order."""
+    folder = objects_dir(root, source)
+    if ingest_date is None:
+        folders = [folder]
+    else:
+        dates = ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]
+        folders = [folder / f"ingest_date={d}" for d in sorted(ingest_date_str(d) for d in dates)]
+    files = [f for sub in folders if sub.exists() for f in sorted(sub.glob("**/part-*.parquet"))]
+    schema = polars_schema(OBJECTS_SCHEMA)
+    if not files:
+        return pl.LazyFrame(schema=schema)
+    # the files themselves (no hive discovery), so partition columns do not leak in
+    return pl.scan_parquet(files, hive_partitioning=False, schema=schema, missing_columns="insert",
+                           extra_columns="ignore")
+
+
 def ingest_dates(root: str | os.PathLike, source: str) -> list[str]:
     """The ingest dates (``YYYY-MM-DD``) that have an objects partition for ``source``, sorted."""
     folder = objects_dir(root, source)

@@ -200,7 +200,8 @@ def cmd_score(args) -> int:
     from training.batch_score import score_partitions
 
     result = score_partitions(args.model, args.input, args.out, source=args.source, dates=args.date,
-                              tracking_dir=args.tracking_dir, progress=not args.no_progress, device=args.device)
+                              tracking_dir=args.tracking_dir, progress=not args.no_progress, device=args.device,
+                              chunk_sequences=args.chunk_sequences)
     version = f" version {result['model_version']}" if result["model_version"] else ""
     for day in result["dates"]:
         print(f"{day['date']}: scored {day['sequences']} sequences of {result['source']} with "
@@ -387,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "MLFLOW_TRACKING_URI wins when set")
     score.add_argument("--device", default="auto", metavar="DEVICE",
                        help="where the model scores: auto (default: CUDA when present, else CPU), cpu, cuda, cuda:1, mps")
+    score.add_argument("--chunk-sequences", type=_positive_int, default=2000, metavar="N",
+                       help="sequences scored at a time (memory follows it, not the day's size; default 2000)")
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)
 

@@ -105,8 +105,10 @@ def _write_result(result: dict, table, json_path) -> None:
 def cmd_bench_score(args) -> int:
     from training.bench.score import ScoreBenchSettings, bench_score, score_table
 
+    sizes = {k: getattr(args, k) for k in ("chunk_sequences", "small_chunk", "d_model", "n_layers", "n_heads",
+                                           "n_shared_heads", "d_ff") if getattr(args, k) is not None}
     settings = ScoreBenchSettings(sequences=args.sequences, baseline_sequences=args.baseline_sequences,
-                                  threads=args.threads, seed=args.seed)
+                                  threads=args.threads, seed=args.seed, **sizes)
     out = Path(args.json)
     workdir = Path(args.workdir or out.with_suffix("")).resolve()
     _write_result(bench_score(settings, workdir, progress=not args.no_progress), score_table, out)
@@ -198,6 +200,14 @@ def add_bench_parser(sub) -> None:
     bs.add_argument("--baseline-sequences", type=int, default=100,
                     help="of those, how many the one-at-a-time baseline scores (0: no baseline)")
     bs.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default)")
+    bs.add_argument("--chunk-sequences", type=int, default=None,
+                    help="sequences scored per chunk on the product path (default 2000, as seqenc score)")
+    bs.add_argument("--small-chunk", type=int, default=None,
+                    help="sequences per chunk of the side that checks chunking changes no score (default 100; 0: "
+                         "leave that side out)")
+    for flag, default in (("--d-model", 256), ("--n-layers", 4), ("--n-heads", 8), ("--n-shared-heads", 4),
+                          ("--d-ff", 1024)):
+        bs.add_argument(flag, type=int, default=None, help=f"model size (default {default})")
     bs.add_argument("--seed", type=int, default=0)
     bs.add_argument("--workdir", default=None, help="scratch folder: data, bundle, predictions (default: beside --json)")
     bs.add_argument("--no-progress", action="store_true")

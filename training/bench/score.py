@@ -1,47 +1,55 @@
-"""``seqenc bench score``: CPU batch-scoring throughput of a TVM-KA bundle, next to one-at-a-time scoring.
+"""``seqenc bench score``: batch-scoring throughput and memory of a TVM-KA bundle at volume, the
+same scores in small chunks, and one-at-a-time scoring as the simplest baseline.
 
-Data: ``parsers.synthetic.generate_hdfs_logs`` -> the real ingest (``parsers.log_ingest.ingest_logs``,
-preset hdfs) -> ``parsers.storage.read_objects``: one sequence per HDFS block. The first
-``sequences`` block ids (sorted) are scored.
+Data: ``parsers.synthetic.generate_hdfs_logs`` (``sequences`` HDFS blocks) -> the real ingest
+(``parsers.log_ingest.ingest_logs``, preset hdfs) -> one ingest partition on disk: one
+sequence per block.
 
 Model: a TVM-KA of the given size (default d_model 256, 4 layers, 8 heads of which 4 shared,
 d_ff 1024, 128-token TVM window), **random init** (throughput does not depend on the weights),
-a WordPiece vocabulary trained on the generated keys and values, saved with
-``training.scoring.save_bundle`` with the anomaly task's metadata (``exclude_keys``,
+a WordPiece vocabulary trained on the first ``vocab_sequences`` blocks' keys and values, saved
+with ``training.scoring.save_bundle`` with the anomaly task's metadata (``exclude_keys``,
 ``event_key``) -- so scoring sees exactly what a trained anomaly bundle would see.
 
-Two sides, same process, same run, same bundle directory (the machine may be shared and noisy):
+Three sides, same run, same bundle, each in its own child process (``python -m
+training.bench.score``) so that ``peak_rss_mb`` is the side's own (``VmHWM``,
+parsers.resources: the process, torch and the model included), not the generator's or the
+ingest's:
 
-* **batched** (the product path): ``load_bundle`` (timed apart, ``load_seconds``), then one
-  ``training.scoring.score_objects`` call over all the sequences' objects: S(k) of every key of
-  every sequence tokenised, all windows sorted by length and packed into TVM batches
-  (``seqenc.inference``), KRs pooled per key, the KA over batches of sequences. ``seconds``
-  covers the whole call (value sequences, tokenisation, TVM, KA, the predictions frame).
-* **baseline**: the same sequences' first ``baseline_sequences``, scored one sequence at a time
-  (a loop of ``score_objects`` calls on one sequence's objects each; the objects are split by
-  sequence before its clock starts). Its own sequences / seconds / sequences_per_s, nothing
-  extrapolated.
+* **batched** (the product path, ``seqenc score`` and the batch-scoring DAG):
+  ``training.batch_score.score_in_chunks`` over the partition read lazily,
+  ``chunk_sequences`` sequences at a time (default 2,000: memory follows the chunk, not the
+  partition); within a chunk all windows of all keys are sorted by length and packed into TVM
+  batches (``seqenc.inference``). ``seconds`` covers everything after loading the bundle (timed
+  apart, ``load_seconds``): reading, value sequences, tokenisation, TVM, KA, the predictions.
+* **small_batches**: the same function with ``small_chunk`` sequences a chunk (default 100),
+  over every sequence: ``max_abs_score_diff`` / ``same_predictions`` inside ``small_batches``
+  compare all the scores -- chunking must change speed and memory, not results.
+* **baseline**: the first ``baseline_sequences`` scored one sequence at a time (a loop of
+  ``score_objects`` calls; the objects are split by sequence before its clock starts);
+  ``speedup`` = batched sequences_per_s / baseline sequences_per_s, and the top-level
+  ``max_abs_score_diff`` / ``same_predictions`` compare its scores with the batched ones.
 
-Each side loads its own bundle (a fresh tokenizer cache each), and one throw-away sequence is
-scored first so that neither side pays torch's first-call set-up. ``speedup`` = batched
-sequences_per_s / baseline sequences_per_s. ``max_abs_score_diff`` compares the two sides'
-scores on the baseline's sequences (batching must change speed, not results); both prediction
-frames are kept in the work folder (``predictions_batched.parquet``, ``predictions_baseline.parquet``).
+Each side first scores one throw-away sequence so that none pays torch's first-call set-up.
 
 Threads: ``threads`` 0 keeps torch's default (one per core). On a machine where other jobs hold
 the cores, torch's worker threads wait on each other at every op; the many small ops of
 one-at-a-time scoring suffer far more from that than the large batched ones, so the speedup
 grows with the load (``load_average_1m`` records it; ``--threads 1`` avoids the effect).
 
-OUT: ``{"sequences", "seconds", "sequences_per_s", "baseline": {...}, "speedup", ...}`` and a
-Markdown table beside it (``.md``).
+OUT: ``{"sequences", "seconds", "sequences_per_s", "peak_rss_mb", "chunk_sequences",
+"small_batches": {...}, "baseline": {...}, "speedup", ...}``, the prediction frames in the work
+folder (``predictions_{batched,small_batches,baseline}.parquet``) and a Markdown table (``.md``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -61,6 +69,9 @@ log = logging.getLogger(__name__)
 class ScoreBenchSettings:
     sequences: int = 1000  # HDFS blocks generated and scored
     baseline_sequences: int = 100  # of those, scored one at a time
+    chunk_sequences: int = 2000  # sequences per chunk on the product path (training.batch_score)
+    small_chunk: int = 100  # sequences per chunk of the small-batches side (0: no such side)
+    vocab_sequences: int = 2000  # blocks the WordPiece vocabulary is trained on
     d_model: int = 256
     n_layers: int = 4
     n_heads: int = 8
@@ -79,9 +90,8 @@ def _rss_mb() -> float:
     return psutil.Process().memory_info().rss / 2**20
 
 
-def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, dict]:
-    """Generate, ingest, build the random-init bundle: -> (objects of the scored sequences,
-    bundle directory, data stats)."""
+def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[Path, Path, dict]:
+    """Generate, ingest, build the random-init bundle: -> (data root, bundle directory, data stats)."""
     from parsers import storage, synthetic
     from parsers.log_ingest import ingest_logs
     from seqenc.catalog import DEFAULT_CATALOG, load_catalog
@@ -103,16 +113,15 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, d
                                              anomaly_rate=s.anomaly_rate, seed=s.seed)
     ingest_logs(raw / "hdfs.log", root, source=spec.source, preset=catalog.sources[spec.source].preset,
                 ingest_date="2000-01-01")
-    objects = storage.read_objects(root, spec.source)
-    ids = sorted(objects["sequence_id"].unique().to_list())[: s.sequences]
-    objects = objects.filter(pl.col("sequence_id").is_in(ids))
+    scan = storage.scan_objects(root, spec.source)
+    ids = scan.select("sequence_id").unique().collect()["sequence_id"].sort()
     log.info("generated and ingested %d lines, %d sequences in %.1f s", generated["lines"], len(ids),
              time.perf_counter() - t0)
 
-    value_seqs = value_sequences(objects, spec)
-    # the vocabulary and windows the way training builds them (every generated sequence is "train")
-    tok, data = vocab_and_windows(value_seqs, pl.Series(ids), {"vocab_size": s.vocab_size,
-                                                                "max_positions": s.max_positions})
+    # the vocabulary the way training builds it, on a sample of the sequences
+    sample = ids.head(s.vocab_sequences)
+    value_seqs = value_sequences(scan.filter(pl.col("sequence_id").is_in(sample.implode())).collect(), spec)
+    tok, data = vocab_and_windows(value_seqs, sample, {"vocab_size": s.vocab_size, "max_positions": s.max_positions})
     torch.manual_seed(s.seed)
     config = TVMKAConfig(vocab_size=tok.vocab_size, pad_token_id=tok.pad_id, max_positions=s.max_positions,
                          d_model=s.d_model, n_layers=s.n_layers, n_heads=s.n_heads, n_shared_heads=s.n_shared_heads,
@@ -120,39 +129,63 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[pl.DataFrame, Path, d
     metadata = {"task_name": name, "source": spec.source, "threshold": 0.5, "mode": "random_init",
                 "exclude_keys": list(spec.exclude_keys), "event_key": spec.event_key}
     bundle = save_bundle(TVMKA(config), tok, metadata, workdir / "bundle")
-    stats = {"lines": generated["lines"], "objects": objects.select("sequence_id", "step").unique().height,
-             "rows": objects.height, **{k: data.stats[k] for k in ("keys", "windows", "tokens", "values")},
-             "vocab_size": tok.vocab_size}
-    return objects, bundle, stats
+    counts = scan.select(pl.len().alias("rows"), pl.struct("sequence_id", "step").n_unique().alias("objects")).collect()
+    stats = {"lines": generated["lines"], "sequences": len(ids), "objects": counts["objects"][0],
+             "rows": counts["rows"][0], "vocab_size": tok.vocab_size, "vocab_sequences": len(sample),
+             **{f"sample_{k}": data.stats[k] for k in ("keys", "windows", "tokens", "values")}}
+    return root, bundle, {**stats, "source": spec.source}
 
 
-def run_batched(bundle_dir: Path, objects: pl.DataFrame, progress: bool) -> dict:
+def _child(side: str, settings: dict, root: str, source: str, bundle_dir: str, out: str) -> dict:
+    """One side in this (child) process: score, write the predictions to ``out``, report."""
+    from parsers import storage
+    from training.batch_score import score_in_chunks
     from training.scoring import load_bundle, score_objects
 
+    settings = dict(settings)
+    progress = settings.pop("progress", False)
+    s = ScoreBenchSettings(**settings)
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    scan = storage.scan_objects(root, source)
+    first = scan.select(pl.col("sequence_id").min()).collect().item()
+    with _quiet("seqenc.sequences"), _quiet("seqenc.inference"):
+        score_objects(load_bundle(bundle_dir), scan.filter(pl.col("sequence_id") == first).collect(), progress=False)
     t0 = time.perf_counter()
-    bundle = load_bundle(bundle_dir)
+    bundle = load_bundle(bundle_dir)  # each side its own (a cold tokenizer cache)
     load_seconds = time.perf_counter() - t0
     rss_before = _rss_mb()
-    t0 = time.perf_counter()
-    predictions = score_objects(bundle, objects, progress=progress)
-    seconds = time.perf_counter() - t0
-    return {"predictions": predictions, "seconds": seconds, "load_seconds": load_seconds,
-            "rss_before_mb": rss_before}
-
-
-def run_one_at_a_time(bundle_dir: Path, objects: pl.DataFrame, ids: list[str], progress: bool) -> dict:
-    from training.scoring import load_bundle, score_objects
-
-    bundle = load_bundle(bundle_dir)
-    parts = objects.filter(pl.col("sequence_id").is_in(ids)).partition_by("sequence_id", as_dict=True)
-    parts = [parts[(i,)] for i in ids]
-    frames = []
-    with _quiet("seqenc.sequences"):  # its per-call INFO line would print once per sequence
+    if side == "baseline":
+        ids = scan.select("sequence_id").unique().collect()["sequence_id"].sort().head(s.baseline_sequences)
+        parts = scan.filter(pl.col("sequence_id").is_in(ids.implode())).collect().partition_by("sequence_id",
+                                                                                               as_dict=True)
+        parts = [parts[(i,)] for i in ids.to_list()]
+        frames = []
+        with _quiet("seqenc.sequences"):  # its per-call INFO line would print once per sequence
+            t0 = time.perf_counter()
+            for part in tqdm(parts, desc="baseline: one sequence at a time", disable=not progress, leave=False):
+                frames.append(score_objects(bundle, part, progress=False))
+            seconds = time.perf_counter() - t0
+        predictions = pl.concat(frames)
+    else:
+        chunk = s.chunk_sequences if side == "batched" else s.small_chunk
         t0 = time.perf_counter()
-        for part in tqdm(parts, desc="baseline: one sequence at a time", disable=not progress, leave=False):
-            frames.append(score_objects(bundle, part, progress=False))
+        predictions = score_in_chunks(bundle, scan, chunk, progress=progress)
         seconds = time.perf_counter() - t0
-    return {"predictions": pl.concat(frames) if frames else None, "seconds": seconds}
+    peak = peak_rss_mb()
+    predictions.write_parquet(out)
+    return {"seconds": seconds, "load_seconds": load_seconds, "rss_before_mb": rss_before, "peak_rss_mb": peak,
+            "sequences": predictions.height, "torch_threads": torch.get_num_threads()}
+
+
+def _run_side(side: str, s: ScoreBenchSettings, root: Path, source: str, bundle: Path, out: Path,
+              progress: bool) -> dict:
+    settings = json.dumps({**asdict(s), "progress": progress})
+    proc = subprocess.run([sys.executable, "-m", "training.bench.score", side, settings, str(root), source,
+                           str(bundle), str(out)], stdout=subprocess.PIPE, text=True)
+    if proc.returncode:
+        raise RuntimeError(f"bench score: the {side} side failed (exit {proc.returncode}); its error is above")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 @contextmanager
@@ -166,73 +199,68 @@ def _quiet(name: str):
         logger.setLevel(level)
 
 
-def _warm_up(bundle_dir: Path, objects: pl.DataFrame) -> None:
-    """Score one sequence with a throw-away bundle, so neither timed side pays torch's first-call
-    set-up (thread pool, kernels); each side then loads its own bundle (a cold tokenizer cache)."""
-    from training.scoring import score_objects
-
-    if objects.height:
-        score_objects(bundle_dir, objects.filter(pl.col("sequence_id") == objects["sequence_id"][0]), progress=False)
+def _compare(a: pl.DataFrame, b: pl.DataFrame) -> dict:
+    """Every sequence of ``a`` against ``b``: the largest score difference, same predictions."""
+    joined = a.join(b, on="sequence_id", how="left", suffix="_other")
+    if joined["score_other"].null_count():
+        raise RuntimeError(f"{joined['score_other'].null_count()} sequences scored on one side only")
+    diff = float(np.max(np.abs(joined["score"].to_numpy() - joined["score_other"].to_numpy())))
+    return {"max_abs_score_diff": diff,
+            "same_predictions": joined["prediction"].to_list() == joined["prediction_other"].to_list()}
 
 
 def bench_score(s: ScoreBenchSettings, workdir: str | Path, progress: bool = True) -> dict:
-    """The whole benchmark; writes the prediction frames into ``workdir`` and returns OUT's dict.
-    torch's thread count is set for the run (``threads``) and restored after."""
-    threads = torch.get_num_threads()
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    try:
-        return _bench_score(s, Path(workdir), progress)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _bench_score(s: ScoreBenchSettings, workdir: Path, progress: bool) -> dict:
+    """The whole benchmark; writes the prediction frames into ``workdir`` and returns OUT's dict."""
+    workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    objects, bundle_dir, stats = prepare(s, workdir)
-    ids = sorted(objects["sequence_id"].unique().to_list())
-    base_ids = ids[: s.baseline_sequences]
-    _warm_up(bundle_dir, objects)
-
+    root, bundle_dir, stats = prepare(s, workdir)
+    source = stats.pop("source")
     load_start = os.getloadavg()
-    log.info("baseline: scoring %d sequences one at a time", len(base_ids))
-    base = run_one_at_a_time(bundle_dir, objects, base_ids, progress)
-    log.info("batched: scoring %d sequences in one call", len(ids))
-    batched = run_batched(bundle_dir, objects, progress)
-    peak = peak_rss_mb()
-
-    pred = batched["predictions"]
-    pred.write_parquet(workdir / "predictions_batched.parquet")
-    n = pred.height
+    runs, frames = {}, {}
+    sides = [("baseline", s.baseline_sequences > 0), ("batched", True), ("small_batches", s.small_chunk > 0)]
+    for side, wanted in sides:
+        if wanted:
+            log.info("bench score: the %s side", side)
+            path = workdir / f"predictions_{side}.parquet"
+            runs[side] = _run_side(side, s, root, source, bundle_dir, path, progress)
+            frames[side] = pl.read_parquet(path)
+    batched = runs["batched"]
+    n = batched["sequences"]
     result = {
         "sequences": n,
         "seconds": round(batched["seconds"], 4),
         "sequences_per_s": round(n / batched["seconds"], 3),
         "load_seconds": round(batched["load_seconds"], 3),
+        "peak_rss_mb": round(batched["peak_rss_mb"], 1),
+        "rss_before_batched_mb": round(batched["rss_before_mb"], 1),
+        "chunk_sequences": s.chunk_sequences,
     }
-    if base["predictions"] is not None:
-        base["predictions"].write_parquet(workdir / "predictions_baseline.parquet")
-        joined = base["predictions"].join(pred, on="sequence_id", how="left", suffix="_batched")
-        diff = float(np.max(np.abs(joined["score"].to_numpy() - joined["score_batched"].to_numpy())))
-        bn = base["predictions"].height
+    if "small_batches" in runs:
+        small = runs["small_batches"]
+        result["small_batches"] = {"chunk_sequences": s.small_chunk, "sequences": small["sequences"],
+                                   "seconds": round(small["seconds"], 4),
+                                   "sequences_per_s": round(small["sequences"] / small["seconds"], 3),
+                                   "peak_rss_mb": round(small["peak_rss_mb"], 1),
+                                   **_compare(frames["batched"], frames["small_batches"])}
+    if "baseline" in runs:
+        base = runs["baseline"]
+        bn = base["sequences"]
         result["baseline"] = {"method": "score_objects on one sequence at a time (same bundle, same sequences)",
                               "sequences": bn, "seconds": round(base["seconds"], 4),
-                              "sequences_per_s": round(bn / base["seconds"], 3)}
+                              "sequences_per_s": round(bn / base["seconds"], 3),
+                              "peak_rss_mb": round(base["peak_rss_mb"], 1)}
         result["speedup"] = round((n / batched["seconds"]) / (bn / base["seconds"]), 2)
-        result["max_abs_score_diff"] = diff
-        result["same_predictions"] = joined["prediction"].to_list() == joined["prediction_batched"].to_list()
+        result.update(_compare(frames["baseline"], frames["batched"]))
     result.update({
         "weights": "random init",
         "device": "cpu",
-        "torch_threads": torch.get_num_threads(),
+        "torch_threads": batched["torch_threads"],
         "cpu_count": os.cpu_count(),
-        # 1-minute load average before the baseline and after the batched run: other jobs on the machine
+        # 1-minute load average before the first side and after the last: other jobs on the machine
         "load_average_1m": {"start": round(load_start[0], 2), "end": round(os.getloadavg()[0], 2)},
         "model": {k: getattr(s, k) for k in ("d_model", "n_layers", "n_heads", "n_shared_heads", "d_ff",
                                              "max_positions")},
         "data": stats,
-        "peak_rss_mb": round(peak, 1),
-        "rss_before_batched_mb": round(batched["rss_before_mb"], 1),
         "settings": asdict(s),
         "workdir": str(workdir),
     })
@@ -242,18 +270,23 @@ def _bench_score(s: ScoreBenchSettings, workdir: Path, progress: bool) -> dict:
 
 
 def score_table(r: dict) -> str:
-    m, b = r["model"], r.get("baseline")
+    m, b, sb = r["model"], r.get("baseline"), r.get("small_batches")
     model = f"d{m['d_model']} L{m['n_layers']} h{m['n_heads']} p{m['n_shared_heads']} w{m['max_positions']}"
-    head = ("| model | threads | sequences | windows | tokens | seconds | sequences/s | baseline sequences | "
-            "baseline seconds | baseline sequences/s | speedup | max score diff | peak RSS MB |")
-    if b is None:
-        cells = ["-"] * 5
-    else:
-        cells = [str(b["sequences"]), f"{b['seconds']:.2f}", f"{b['sequences_per_s']:.1f}", f"{r['speedup']:.2f}",
-                 f"{r['max_abs_score_diff']:.1e}"]
-    return "\n".join([
-        head,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| {model} | {r['torch_threads']} | {r['sequences']} | {r['data']['windows']} | {r['data']['tokens']} | "
-        f"{r['seconds']:.2f} | {r['sequences_per_s']:.1f} | " + " | ".join(cells) + f" | {r['peak_rss_mb']:.0f} |",
-    ])
+    lines = [
+        "| model | threads | sequences | chunk | seconds | sequences/s | peak RSS MB | small chunks: size, "
+        "sequences/s, peak RSS MB, max score diff, same predictions | one at a time: sequences, sequences/s | "
+        "speedup | max score diff |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---:|---:|",
+    ]
+    small = "-" if sb is None else (f"{sb['chunk_sequences']}, {sb['sequences_per_s']:.1f}, {sb['peak_rss_mb']:.0f}, "
+                                    f"{sb['max_abs_score_diff']:.1e}, {sb['same_predictions']}")
+    base = ["-", "-", "-"] if b is None else [f"{b['sequences']}, {b['sequences_per_s']:.1f}", f"{r['speedup']:.2f}",
+                                              f"{r['max_abs_score_diff']:.1e}"]
+    lines.append(f"| {model} | {r['torch_threads']} | {r['sequences']} | {r['chunk_sequences']} | {r['seconds']:.2f} | "
+                 f"{r['sequences_per_s']:.1f} | {r['peak_rss_mb']:.0f} | {small} | " + " | ".join(base) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # a side: python -m training.bench.score SIDE SETTINGS_JSON ROOT SOURCE BUNDLE OUT
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(_child(sys.argv[1], json.loads(sys.argv[2]), *sys.argv[3:7])))
