@@ -37,7 +37,10 @@ def _day() -> str:
 
 
 def _catalog() -> str | None:
-    return get_current_context()["params"].get("catalog") or Variable.get("seqenc_catalog", default=None)
+    from training.workroot import confine
+
+    given = get_current_context()["params"].get("catalog")
+    return confine(given, "catalog") if given else Variable.get("seqenc_catalog", default=None)
 
 
 @task
@@ -58,7 +61,9 @@ def score(task_name: str) -> dict:
     ctx = get_current_context()
     ctx["seqenc_task"] = task_name
     params = ctx["params"]
-    workdir = os.path.abspath(os.path.expanduser(params["workdir"]))
+    from training.workroot import confine
+
+    workdir = confine(params["workdir"], "workdir")
     uri = model_uri(registered_model_name(task_name), params["alias"])
     try:
         return score_partitions(uri, os.path.join(workdir, "data"), os.path.join(workdir, "predictions", task_name),

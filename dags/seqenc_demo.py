@@ -23,8 +23,9 @@ DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 def _params() -> tuple[str, str, int]:
     """(workdir, size, seed) of the current run, the work directory made absolute."""
     params = get_current_context()["params"]
-    workdir = os.path.abspath(os.path.expanduser(params["workdir"]))
-    return workdir, params["size"], int(params["seed"])
+    from training.workroot import confine
+
+    return confine(params["workdir"], "workdir"), params["size"], int(params["seed"])
 
 
 def _ingest_date() -> str:
@@ -38,7 +39,10 @@ def _ingest_date() -> str:
 
 
 def _catalog() -> str | None:
-    return get_current_context()["params"].get("catalog") or None
+    from training.workroot import confine
+
+    given = get_current_context()["params"].get("catalog")
+    return confine(given, "catalog") if given else None
 
 
 @task

@@ -37,10 +37,13 @@ DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 def _paths() -> tuple[str, str]:
     """(data root, landing directory) of the current run, absolute."""
+    from training.workroot import confine
+
     params = get_current_context()["params"]
-    workdir = os.path.abspath(os.path.expanduser(params["workdir"]))
-    landing = params.get("landing") or os.environ.get("SEQENC_LANDING") or os.path.join(workdir, "landing")
-    return os.path.join(workdir, "data"), os.path.abspath(os.path.expanduser(landing))
+    workdir = confine(params["workdir"], "workdir")
+    landing = confine(params["landing"], "landing") if params.get("landing") else \
+        os.path.abspath(os.path.expanduser(os.environ.get("SEQENC_LANDING") or os.path.join(workdir, "landing")))
+    return os.path.join(workdir, "data"), landing
 
 
 def _days() -> list[str]:
@@ -57,7 +60,10 @@ def _days() -> list[str]:
 
 
 def _catalog() -> str | None:
-    return get_current_context()["params"].get("catalog") or Variable.get("seqenc_catalog", default=None)
+    from training.workroot import confine
+
+    given = get_current_context()["params"].get("catalog")
+    return confine(given, "catalog") if given else Variable.get("seqenc_catalog", default=None)
 
 
 @task

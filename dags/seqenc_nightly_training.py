@@ -37,7 +37,9 @@ DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
 def _workdir() -> str:
-    return os.path.abspath(os.path.expanduser(get_current_context()["params"]["workdir"]))
+    from training.workroot import confine
+
+    return confine(get_current_context()["params"]["workdir"], "workdir")
 
 
 def _night() -> str:
@@ -54,17 +56,23 @@ def _night() -> str:
 
 
 def _config() -> dict:
+    from training.workroot import confine
+
     path = get_current_context()["params"].get("config_path")
     if path:
-        with open(os.path.expanduser(path)) as fh:
+        with open(confine(path, "config_path")) as fh:
             return json.load(fh)
     text = Variable.get("seqenc_training_config", default=None)
     return json.loads(text) if text else {}
 
 
 def _catalog() -> str | None:
-    """The catalogue's path or text: param, Variable, else None ($SEQENC_CATALOG / the built-in one)."""
-    return get_current_context()["params"].get("catalog") or Variable.get("seqenc_catalog", default=None)
+    """The catalogue's path or text: param (inside the work root), Variable, else None
+    ($SEQENC_CATALOG / the built-in one)."""
+    from training.workroot import confine
+
+    given = get_current_context()["params"].get("catalog")
+    return confine(given, "catalog") if given else Variable.get("seqenc_catalog", default=None)
 
 
 @task

@@ -243,6 +243,7 @@ def ingest_events(
                                         "template_id": pl.repeat(None, int(n_keys.sum()), dtype=pl.Int64, eager=True)})
 
         n_rows = storage.write_batches_atomic(objects(), obj_path, storage.OBJECTS_SCHEMA)
+    storage.drop_legacy_part(obj_path, path)
     rejects.sort(key=lambda r: r[0])
     rej_path = storage.write_rejects(root, source, ingest_date, path, rejects)
     report = {

@@ -342,6 +342,7 @@ def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: Sess
                     yield _objects(groups, learner.rows.of_lines(batch["line_no"]), learner.rows)
 
         n_rows = storage.write_batches_atomic(objects(), obj_path, storage.OBJECTS_SCHEMA)
+    storage.drop_legacy_part(obj_path, log_path)
 
     # ---- rejects, labels, then Drain3 state (after the data it describes)
     learner.rejects.sort(key=lambda r: r[0])
@@ -353,6 +354,7 @@ def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: Sess
         labels_path = storage.write_parquet_atomic(
             pa.table({"sequence_id": names, "label": labels}, schema=storage.LABELS_SCHEMA),
             storage.labels_path(root, source, log_path))
+        storage.drop_legacy_part(labels_path, log_path)
     if frozen is None:
         miner.save_state(f"ingest {log_path.name}")
 

@@ -201,7 +201,7 @@ def _label_rows(csv_path: Path, rejects: list) -> Iterator[tuple[int, list[str]]
 
 def ingest_labels(csv_path, root, source: str, id_column: str | None = None, label_column: str | None = None,
                   ingest_date=None, part_stem: str | None = None) -> dict:
-    """Write a labels CSV (with header) as ``labels/source=<src>/part-<stem>.parquet``.
+    """Write a labels CSV (with header) as ``labels/source=<src>/part-<file name>.parquet``.
 
     ``id_column`` / ``label_column`` default to the first and second CSV column (LogHub's
     ``BlockId,Label``, the session generator's ``session_id,label``). Rows with an empty id or
@@ -238,6 +238,7 @@ def ingest_labels(csv_path, root, source: str, id_column: str | None = None, lab
     named_as = Path(part_stem + ".csv") if part_stem else csv_path
     path = storage.labels_path(root, source, named_as)
     storage.write_parquet_atomic(pa.table({"sequence_id": ids, "label": labels}, schema=storage.LABELS_SCHEMA), path)
+    storage.drop_legacy_part(path, named_as)
     rej_path = storage.write_rejects(root, source, ingest_date, named_as, rejects)
     counts: dict[str, int] = {}
     for label in labels:

@@ -2,9 +2,9 @@
 
 Everything lives under one *data root*::
 
-    <root>/objects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input-stem>.parquet
-    <root>/labels/source=<src>/part-<input-stem>.parquet
-    <root>/rejects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input-stem>.parquet
+    <root>/objects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input name>.parquet
+    <root>/labels/source=<src>/part-<input name>.parquet
+    <root>/rejects/source=<src>/ingest_date=<YYYY-MM-DD>/part-<input name>.parquet
     <root>/state/drain3-<src>.json
     <root>/state/<src>.lock             (held by a log ingest of the source: one at a time)
     <root>/state/format-<src>.json      (a log source's detected header: ingest --auto-header)
@@ -109,11 +109,28 @@ def ingest_date_str(ingest_date: str | dt.date | None = None) -> str:
 
 
 def part_name(input_path: str | os.PathLike) -> str:
-    """``part-<input-stem>.parquet``; ``events.jsonl.gz`` gives ``part-events.parquet``
-    (same part as the uncompressed file, so re-ingesting either one replaces it)."""
-    name = Path(input_path).name.removesuffix(".gz")
-    stem = Path(name).stem or "input"
+    """``part-<input file name>.parquet``, ``.gz`` dropped: ``events.jsonl.gz`` and
+    ``events.jsonl`` share a part (re-ingesting either replaces it); ``x.log`` and ``x.txt`` do
+    not (``part-x.log.parquet``, ``part-x.txt.parquet``)."""
+    name = Path(input_path).name.removesuffix(".gz") or "input"
+    return f"part-{_UNSAFE_NAME.sub('_', name)}.parquet"
+
+
+def _legacy_part_name(input_path: str | os.PathLike) -> str:
+    """The part name before issue 24: the file's stem only, so ``x.log`` and ``x.txt`` collided."""
+    stem = Path(Path(input_path).name.removesuffix(".gz")).stem or "input"
     return f"part-{_UNSAFE_NAME.sub('_', stem)}.parquet"
+
+
+def drop_legacy_part(path: Path, input_path: str | os.PathLike) -> None:
+    """After ``path`` (a part of ``input_path``) is written: remove the part the same input had
+    under the old name in the same folder, so re-ingesting a file into a data root written
+    before the new names replaces its rows instead of doubling them. (The old name was shared
+    by ``x.log`` and ``x.txt``: whichever was ingested last had overwritten the other.)"""
+    legacy = Path(path).with_name(_legacy_part_name(input_path))
+    if legacy != Path(path) and legacy.exists():
+        legacy.unlink()
+        logger.info("removed %s: %s now writes %s", legacy, Path(input_path).name, Path(path).name)
 
 
 def objects_dir(root: str | os.PathLike, source: str) -> Path:
@@ -273,6 +290,7 @@ def write_rejects(root, source: str, ingest_date, input_path, rows: list[tuple[i
     """Write one input's rejects part; with no rejects, remove a stale part of an earlier run
     (so re-ingesting a fixed file clears its old rejects)."""
     path = rejects_path(root, source, ingest_date, input_path)
+    drop_legacy_part(path, input_path)
     if not rows:
         path.unlink(missing_ok=True)
         return None

@@ -29,7 +29,8 @@ def runs(tmp_path_factory):
     catalog = base / "seqenc.toml"
     catalog.write_text(catalogue_text(base / "formats.json"))
 
-    env = airflow_env(base / "airflow", {"SEQENC_WORKDIR": str(workdir)})
+    # the catalogue lies beside the work directory: the work root (training/workroot.py) holds both
+    env = airflow_env(base / "airflow", {"SEQENC_WORKDIR": str(workdir), "SEQENC_WORK_ROOT": str(base)})
     migrate(env)
     conf = {"workdir": str(workdir), "catalog": str(catalog)}
     out = {"workdir": workdir, "ingest": run_dag("seqenc_ingest", conf, env, LOGICAL)}

@@ -60,7 +60,7 @@ def test_dagbag_loads_with_expected_graph(airflow_home):
 
 
 def test_dag_runs_end_to_end(airflow_home, tmp_path):
-    env = airflow_env(airflow_home)
+    env = airflow_env(airflow_home, {"SEQENC_WORK_ROOT": str(tmp_path)})  # params' paths must lie inside it
     migrate(env)
 
     workdir = tmp_path / "work"

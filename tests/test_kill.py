@@ -57,7 +57,7 @@ def test_ingest_killed_at_any_point_leaves_no_torn_part_and_reruns_the_same(even
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
         parts = list(root.rglob("part-*.parquet"))
-        assert [p.name for p in parts if p.relative_to(root).parts[0] == "objects"] == ["part-events.parquet"], delay
+        assert [p.name for p in parts if p.relative_to(root).parts[0] == "objects"] == ["part-events.jsonl.parquet"], delay
         assert _rows(root).equals(want), delay  # the old part, whole (the new one is the same)
         subprocess.run(_ingest_cmd(events, root), check=True, capture_output=True, timeout=600)
         assert _rows(root).equals(want), delay
@@ -130,3 +130,61 @@ def test_two_log_ingests_of_one_source_run_one_after_the_other(tmp_path):
         assert child.poll() is None and not (root / "objects").exists()  # it waits: nothing written
     assert child.wait(timeout=120) == 0
     assert storage.read_objects(root, "hdfs").height > 0 and storage.drain_state_path(root, "hdfs").exists()
+
+
+@pytest.fixture(scope="module")
+def scoring(tmp_path_factory) -> dict:
+    """A random-init tiny bundle and 400 ingested HDFS blocks to score (training.bench.score.prepare)."""
+    import training.bench.score as bench_score
+
+    settings = bench_score.ScoreBenchSettings(sequences=400, d_model=32, n_layers=1, n_heads=2, n_shared_heads=1,
+                                              d_ff=64, max_positions=64, vocab_size=512)
+    root, bundle, _ = bench_score.prepare(settings, tmp_path_factory.mktemp("score"))
+    return {"root": root, "bundle": bundle}
+
+
+def _score_cmd(scoring: dict, out: Path) -> list[str]:
+    return [sys.executable, "-m", "training.cli", "score", "--model", str(scoring["bundle"]), "--input",
+            str(scoring["root"]), "--out", str(out), "--no-progress", "--chunk-sequences", "50"]
+
+
+def test_batch_scoring_killed_leaves_the_old_predictions_or_the_new(scoring, tmp_path):
+    straight = tmp_path / "straight"
+    t0 = time.perf_counter()
+    subprocess.run(_score_cmd(scoring, straight), check=True, capture_output=True, timeout=600)
+    seconds = time.perf_counter() - t0
+    (want_path,) = straight.rglob("part-*.parquet")
+    want = pl.read_parquet(want_path)
+    assert want.height == 400
+    for delay in (share * seconds for share in KILL_AT):
+        out = tmp_path / f"killed-{delay}"
+        subprocess.run(_score_cmd(scoring, out), check=True, capture_output=True, timeout=600)  # the old output
+        child = subprocess.Popen(_score_cmd(scoring, out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        parts = list(out.rglob("*.parquet"))
+        assert [p.name for p in parts] == ["part-0.parquet"], (delay, parts)  # no temp file left as data
+        assert pl.read_parquet(parts[0]).equals(want), delay  # whole: the old one (the new is the same)
+        subprocess.run(_score_cmd(scoring, out), check=True, capture_output=True, timeout=600)
+        assert pl.read_parquet(parts[0]).equals(want), delay
+
+
+def test_a_reader_sees_whole_partitions_while_an_ingest_rewrites_them(events, tmp_path):
+    """A nightly training reads while the day's ingest runs again (a retry, a late file): the
+    ingest swaps each part in with one rename, so every read sees the old part or the new one,
+    whole -- no lock needed, and none is taken (issue 24, item 4)."""
+    root = tmp_path / "root"
+    subprocess.run(_ingest_cmd(events, root), check=True, capture_output=True, timeout=600)
+    want = _rows(root)
+    script = "; ".join(f"{' '.join(map(str, _ingest_cmd(events, root)))}" for _ in range(3))
+    writer = subprocess.Popen(["bash", "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reads = 0
+    try:
+        while writer.poll() is None:
+            assert _rows(root).equals(want)
+            reads += 1
+    finally:
+        writer.wait(timeout=600)
+    assert writer.returncode == 0 and reads >= 3
+    assert _rows(root).equals(want)

@@ -57,8 +57,8 @@ def test_labels_of_every_day_are_kept_and_stale_parts_go(tmp_path):
     assert [(f["date"], f["kind"]) for f in files] == [("2025-03-01", "logs"), ("2025-03-01", "labels"),
                                                        ("2025-03-02", "logs"), ("2025-03-02", "labels")]
     reports = [ingest_file(f, root) for f in files]
-    assert {r["part"] for r in reports if r["kind"] == "labels"} == {"part-2025-03-01_labels.parquet",
-                                                                     "part-2025-03-02_labels.parquet"}
+    assert {r["part"] for r in reports if r["kind"] == "labels"} == {"part-2025-03-01_labels.csv.parquet",
+                                                                     "part-2025-03-02_labels.csv.parquet"}
     assert storage.read_labels(root, "hdfs")["sequence_id"].n_unique() == 40  # both days' labels
     finalize_interval(root, days, files)
     assert storage.ingest_dates(root, "hdfs") == days

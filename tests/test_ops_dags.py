@@ -143,7 +143,16 @@ def test_ingest_maps_one_task_per_file_and_fills_the_interval_partition(ops):
     assert storage.read_labels(ops["workdir"] / "data", "hdfs").height == 200
     manifest = json.loads((storage.objects_dir(ops["workdir"] / "data", "hdfs") / f"ingest_date={DAY}"
                            / "_manifest.json").read_text())
-    assert manifest["parts"] == ["part-hdfs.parquet"]
+    assert manifest["parts"] == ["part-hdfs.log.parquet"]
+
+
+def test_a_workdir_param_outside_the_work_root_is_refused(ops, tmp_path):
+    """Whoever triggers a DAG sets its params; the stages replace and delete folders under the
+    workdir they get, so a path outside the work root ($SEQENC_WORKDIR here) fails the run."""
+    outside = tmp_path / "elsewhere"
+    run = run_dag("seqenc_ingest", {"workdir": str(outside)}, ops["env"], LOGICAL)
+    assert run["states"]["find_files"] == "failed" and run["run_state"] == "failed"
+    assert not outside.exists()
 
 
 def test_ingest_rerun_of_an_interval_replaces_its_partition(ops):

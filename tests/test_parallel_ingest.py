@@ -141,7 +141,7 @@ def test_a_file_changed_after_mining_is_refused(tmp_path):
         fh.write("081109 203615 148 INFO dfs.Something: a line nobody mined blk_9\n")
     with pytest.raises(ValueError, match="not mined.*changed after the mine step"):
         write_file(paths[1], root, "s", "hdfs", DAY)
-    assert not list(storage.objects_dir(root, "s").rglob("part-part-1.parquet"))
+    assert not list(storage.objects_dir(root, "s").rglob("part-part-1.log.parquet"))
     with pytest.raises(FileNotFoundError, match="run the mine and merge steps first"):
         write_file(tmp_path / "never-mined.log", root, "s", "hdfs", DAY)
 
@@ -155,7 +155,7 @@ def test_a_file_over_the_reject_share_leaves_no_part_and_the_others_are_written(
         ingest_parallel([*good, bad], root, source="s", preset="hdfs", ingest_date=DAY, workers=1,
                         max_reject_share=0.1)
     parts = sorted(p.name for p in storage.objects_dir(root, "s").rglob("part-*.parquet"))
-    assert parts == ["part-part-0.parquet", "part-part-1.parquet"]
+    assert parts == ["part-part-0.log.parquet", "part-part-1.log.parquet"]
     assert storage.read_rejects(root, "s").filter(pl.col("file").str.ends_with("broken.log")).height == 30
 
 

@@ -69,7 +69,7 @@ def test_golden_event_on_disk(tmp_path):
     assert df["template_id"].null_count() == df.height
     assert df.schema["ts"] == pl.Datetime("us")
     assert str(df["ts"][0]) == "2026-11-01 10:00:03.120000"
-    assert report["objects_path"].endswith(f"objects/source=sessions/ingest_date={DAY}/part-ev.parquet")
+    assert report["objects_path"].endswith(f"objects/source=sessions/ingest_date={DAY}/part-ev.jsonl.parquet")
 
 
 def test_steps_follow_timestamp_then_arrival(tmp_path):

@@ -108,7 +108,7 @@ def test_bad_lines_go_to_rejects_with_a_reason(tmp_path):
     assert reasons[0].startswith("header mismatch") and reasons[1] == "bad timestamp"
     assert reasons[2].startswith("undecodable")
     assert rejects["raw"][0] == "this is not an hdfs line" and set(rejects["file"]) == {str(path)}
-    assert report["rejects_path"].endswith(f"rejects/source=hdfs/ingest_date={DAY}/part-bad.parquet")
+    assert report["rejects_path"].endswith(f"rejects/source=hdfs/ingest_date={DAY}/part-bad.log.parquet")
 
 
 def test_reingest_replaces_and_drain_state_keeps_template_ids(tmp_path):
@@ -149,7 +149,7 @@ def test_gzip_input_and_synthetic_end_to_end(tmp_path):
     assert report["rejected"] == 0 and report["param_failures"] == 0
     assert report["parsed"] == info["lines"] and report["no_sequence_id"] == info["no_block_lines"]
     assert report["sequences"] == 150
-    assert report["objects_path"].endswith("part-HDFS.parquet")
+    assert report["objects_path"].endswith("part-HDFS.log.parquet")  # .gz dropped: the same part as HDFS.log
     lab = ingest_labels(tmp_path / "anomaly_label.csv", root, "hdfs")
     assert lab["labels"] == 150 and lab["counts"]["Anomaly"] == info["anomalies"]
     labels = storage.read_labels(root, "hdfs")

@@ -10,13 +10,13 @@ from parsers import atomic, storage
 
 def test_paths_follow_the_layout(tmp_path):
     assert storage.objects_path(tmp_path, "hdfs", "2026-01-02", "/in/HDFS.log") == (
-        tmp_path / "objects" / "source=hdfs" / "ingest_date=2026-01-02" / "part-HDFS.parquet"
+        tmp_path / "objects" / "source=hdfs" / "ingest_date=2026-01-02" / "part-HDFS.log.parquet"
     )
     assert storage.rejects_path(tmp_path, "hdfs", dt.date(2026, 1, 2), "x/ev.jsonl.gz") == (
-        tmp_path / "rejects" / "source=hdfs" / "ingest_date=2026-01-02" / "part-ev.parquet"
+        tmp_path / "rejects" / "source=hdfs" / "ingest_date=2026-01-02" / "part-ev.jsonl.parquet"
     )
     assert storage.labels_path(tmp_path, "sessions", "labels.csv") == (
-        tmp_path / "labels" / "source=sessions" / "part-labels.parquet"
+        tmp_path / "labels" / "source=sessions" / "part-labels.csv.parquet"
     )
     assert storage.drain_state_path(tmp_path, "hdfs") == tmp_path / "state" / "drain3-hdfs.json"
     assert storage.ingest_date_str(None) == dt.datetime.now(dt.UTC).date().isoformat()
@@ -50,7 +50,7 @@ def test_atomic_write_casts_to_schema_and_replaces(tmp_path):
         pl.DataFrame({"sequence_id": ["2", "3"], "label": ["b", "c"]}), path, storage.LABELS_SCHEMA
     )
     assert storage.read_labels(tmp_path, "s").rows() == [("2", "b"), ("3", "c")]
-    assert [p.name for p in path.parent.iterdir()] == ["part-labels.parquet"]  # no temp file left
+    assert [p.name for p in path.parent.iterdir()] == ["part-labels.csv.parquet"]  # no temp file left
 
 
 def test_rejects_raw_text_is_cut_to_one_kib(tmp_path):
@@ -191,3 +191,26 @@ def test_replacing_dir_swaps_a_whole_folder_and_cleans_what_a_killed_writer_left
         raise RuntimeError("killed halfway")
     assert sorted(p.name for p in target.iterdir()) == ["b.json"]  # left as it was
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"]
+
+
+def test_files_that_share_a_stem_get_their_own_parts_and_old_names_are_replaced(tmp_path):
+    from parsers.events import ingest_events
+
+    line = '{"session_id": "s1", "ts": 1700000000, "page": "/a"}\n'
+    (tmp_path / "x.jsonl").write_text(line)
+    (tmp_path / "x.json").write_text(line.replace("s1", "s2"))
+    root = tmp_path / "root"
+    for name in ("x.jsonl", "x.json"):
+        ingest_events(tmp_path / name, root, source="web", ingest_date="2025-01-01")
+    folder = storage.objects_dir(root, "web") / "ingest_date=2025-01-01"
+    assert sorted(p.name for p in folder.glob("part-*")) == ["part-x.json.parquet", "part-x.jsonl.parquet"]
+    assert sorted(storage.read_objects(root, "web")["sequence_id"].unique()) == ["s1", "s2"]  # both kept
+
+    # a data root written before the new names: re-ingesting the file replaces its old part
+    legacy = folder / "part-x.parquet"
+    (folder / "part-x.jsonl.parquet").rename(legacy)
+    assert storage.read_objects(root, "web").filter(pl.col("sequence_id") == "s1").height > 0
+    ingest_events(tmp_path / "x.jsonl", root, source="web", ingest_date="2025-01-01")
+    assert not legacy.exists()
+    rows = storage.read_objects(root, "web")
+    assert rows.filter(pl.col("sequence_id") == "s1").height == rows.filter(pl.col("sequence_id") == "s2").height
