@@ -210,30 +210,46 @@ def prepare_formats(files: list[dict], root: str | Path, catalog=None) -> None:
 
 def mine_landing_file(item: dict, root: str | Path, catalog=None) -> dict:
     """Parallel ingest, step 1 for one file (parsers.parallel_ingest.mine_file): a log file is
-    mined and comes back with ``"mined": true``; other files come back as they are."""
+    mined and comes back with ``"mined": true``; other files come back as they are. A log file
+    that cannot be mined (no format, unreadable) comes back with ``"mined": false`` and the
+    error, so that one bad file does not hold up the interval: :func:`ingest_file` then ingests
+    it serially, and its task fails with the same error while the other files are written."""
     if item["kind"] != "logs":
         return item
     from parsers.parallel_ingest import mine_file
 
-    spec = source_spec(catalog, item["source"], "logs")
-    fmt, session = log_options(item["path"], root, item["source"], spec)
-    report = mine_file(item["path"], root, item["source"], fmt, item["date"], session)
+    try:
+        spec = source_spec(catalog, item["source"], "logs")
+        fmt, session = log_options(item["path"], root, item["source"], spec)
+        report = mine_file(item["path"], root, item["source"], fmt, item["date"], session)
+    except Exception as err:  # noqa: BLE001 -- the file's own ingest task raises it again, alone
+        log.warning("landing: %s not mined (%s: %s); its ingest task takes it on its own", item["path"],
+                    type(err).__name__, err)
+        return {**item, "mined": False, "mine_error": f"{type(err).__name__}: {err}"}
     return {**item, "mined": True, "distinct": report["distinct"]}
 
 
 def merge_landing(items: list[dict], root: str | Path, catalog=None) -> list[dict]:
     """Parallel ingest, step 2: per source, the mined files' contents into its Drain3 state in
-    list order (parsers.parallel_ingest.merge_mined); returns ``items`` for the write step."""
+    list order (parsers.parallel_ingest.merge_mined); returns ``items`` for the write step (a
+    source whose merge failed has its files marked unmined: each is then ingested serially, and
+    fails alone)."""
     from parsers.parallel_ingest import merge_mined
 
     by_source: dict[str, list[dict]] = {}
     for item in items:
         if item.get("mined"):
             by_source.setdefault(item["source"], []).append(item)
+    failed = set()
     for source, group in by_source.items():
-        fmt, _ = log_options(group[0]["path"], root, source, source_spec(catalog, source, "logs"))
-        merge_mined([(g["path"], g["date"]) for g in group], root, source, fmt)
-    return items
+        try:
+            fmt, _ = log_options(group[0]["path"], root, source, source_spec(catalog, source, "logs"))
+            merge_mined([(g["path"], g["date"]) for g in group], root, source, fmt)
+        except Exception as err:  # noqa: BLE001 -- e.g. a broken Drain3 state: this source's files fail alone
+            log.warning("landing: merging source %s failed (%s: %s); its files are ingested serially", source,
+                        type(err).__name__, err)
+            failed.add(source)
+    return [{**item, "mined": False} if item.get("mined") and item["source"] in failed else item for item in items]
 
 
 def ingest_file(item: dict, root: str | Path, catalog=None) -> dict:

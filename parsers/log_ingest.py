@@ -93,7 +93,7 @@ class FrozenTemplates:
         return ids
 
 
-class _Learner:
+class Learner:
     """Pass 1 state: the compact per-line numbers and what is counted. ``assign`` (frozen
     templates) replaces Drain3 for the cluster of each line."""
 
@@ -322,7 +322,7 @@ def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: Sess
     obj_path = storage.objects_path(root, source, ingest_date, log_path)
     with Spill(obj_path) as spill:
         # ---- pass 1: learn templates, place lines in sequences, spill the lines to disk
-        learner = _Learner(fmt, session, parser, assign=frozen.assign if frozen else None)
+        learner = Learner(fmt, session, parser, assign=frozen.assign if frozen else None)
         reader = storage.LineReader(log_path, learner.rejects)
         for lines in reader.frames(batch_lines):
             spill.write(learner.add(lines))

@@ -7,7 +7,7 @@ serial -- and small:
 
 1. **mine** (:func:`mine_file`, one task per file, in parallel): read the file and keep the
    lines that would reach Drain3 (the same header, timestamp and session filters as the serial
-   ingest: parsers.log_ingest ``_Learner.place``); mask their contents and keep only the
+   ingest: parsers.log_ingest ``Learner.place``); mask their contents and keep only the
    *distinct* masked contents, in order of first appearance, with their counts, in
    ``<root>/state/mined/source=<src>/ingest_date=<day>/<part>.contents.parquet``. Nothing of
    the source's state is read or written.
@@ -53,7 +53,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from parsers import storage
-from parsers.log_ingest import FrozenTemplates, _Learner, ingest_logs
+from parsers.log_ingest import FrozenTemplates, Learner, ingest_logs
 from parsers.logs import LineParser
 from parsers.presets import LogFormat, resolve
 from parsers.resources import peak_rss_mb
@@ -81,7 +81,7 @@ def mine_file(log_path, root, source: str, preset: str | LogFormat, ingest_date=
     process so far: in a worker, its peak over the tasks it ran)."""
     start = time.perf_counter()
     fmt = resolve(preset)
-    learner = _Learner(fmt, session or fmt.session_spec(), LineParser(fmt, None))
+    learner = Learner(fmt, session or fmt.session_spec(), LineParser(fmt, None))
     reader = storage.LineReader(log_path, learner.rejects)  # the write step records the rejects
     counts: dict[str, int] = {}  # insertion order = order of first appearance in the file
     for lines in reader.frames(batch_lines):

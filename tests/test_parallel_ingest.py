@@ -200,3 +200,22 @@ def test_bench_ingest_parallel_rows(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
     with pytest.raises(SystemExit, match="--workers takes whole numbers separated by commas"):
         main(["bench", "ingest", "--lines", "10", "--workers", "1,x", "--json", str(out)])
+
+
+def test_one_unusable_log_file_does_not_hold_up_the_interval(tmp_path):
+    """A landing log file that cannot be mined (here: a source with no log format) fails its own
+    ingest task with the clear error; the interval's other files are mined, merged and written."""
+    landing, root = tmp_path / "landing", tmp_path / "root"
+    good = landing / "hdfs" / "2025-03-01"
+    good.mkdir(parents=True)
+    _split(_hdfs_lines(tmp_path, 20), 2, good, "dn")
+    odd = landing / "mystery" / "2025-03-01"
+    odd.mkdir(parents=True)
+    (odd / "app.log").write_text("something happened\n")
+    files = find_interval_files(landing, ["2025-03-01"])
+    mined = merge_landing([mine_landing_file(item, root) for item in files], root)
+    assert [(m["source"], m["mined"]) for m in mined] == [("hdfs", True), ("hdfs", True), ("mystery", False)]
+    assert "has no log format" in mined[2]["mine_error"]
+    assert all(ingest_file(item, root)["rows"] > 0 for item in mined[:2])
+    with pytest.raises(ValueError, match="has no log format"):
+        ingest_file(mined[2], root)
