@@ -173,6 +173,9 @@ class Task(_Strict):
     config: dict[str, dict[str, Any]] = {}  # {"model": {TVMKAConfig fields}, "train": {TrainConfig fields}}
     threshold: Threshold | None = None
     train_on: Literal["all", "normal"] = "all"  # anomaly: which train sequences the masked LM reads
+    # at most this many sequences read for training (a stable sample: the smallest hashes of the
+    # ids), so memory is bounded however many days the window holds; None: every sequence
+    max_sequences: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _by_kind(self) -> Task:

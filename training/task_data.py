@@ -57,10 +57,18 @@ def task_objects(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
 
 def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=None) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
     """(objects, labels, classes) of a task: ``objects`` of its source under ``root`` (the
-    ingest dates given, or all), restricted to labelled sequences for a labelled task;
-    ``labels`` (``sequence_id, label``, one per sequence; may be empty for ``anomaly``)."""
-    objects = storage.read_objects(root, task.source, ingest_date)
-    if objects.height == 0:
+    ingest dates given, or all), restricted to labelled sequences for a labelled task and to
+    ``task.max_sequences`` of them when set; ``labels`` (``sequence_id, label``, one per
+    sequence; may be empty for ``anomaly``).
+
+    The partitions are read lazily (parsers.storage.scan_objects): first the sequence ids, then
+    only the objects of the sequences kept, so memory follows what is trained on, not what was
+    ingested. The ``max_sequences`` sample is the sequences with the smallest hash of their id:
+    the same sequences are kept from one night to the next while they are in the window (polars'
+    seeded hash: stable within a polars version)."""
+    scan = storage.scan_objects(root, task.source, ingest_date)
+    ids = scan.select("sequence_id").unique(maintain_order=True).collect()["sequence_id"]
+    if ids.len() == 0:
         dates = "any ingest date" if ingest_date is None else f"ingest dates {ingest_date}"
         raise FileNotFoundError(f"task {task_name}: no ingested objects of source {task.source!r} under {root} for "
                                 f"{dates}; ingest some first (seqenc ingest ... --source {task.source})")
@@ -70,13 +78,17 @@ def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=Non
             raise FileNotFoundError(f"task {task_name} ({task.kind}) needs labels, and source {task.source!r} has none "
                                     f"under {root}; ingest them with --labels, or declare kind = \"anomaly\" to "
                                     "train without labels")
-        matched = objects.join(labels.select("sequence_id"), on="sequence_id", how="semi")
-        if matched.height == 0:
-            seen = objects["sequence_id"].unique().head(3).to_list()
+        matched = ids.filter(ids.is_in(labels["sequence_id"].implode()))
+        if matched.len() == 0:
             raise ValueError(f"task {task_name}: the labels' ids match no ingested sequence of source {task.source!r} "
-                             f"(labels e.g. {labels['sequence_id'].head(3).to_list()}, sequences e.g. {seen}); "
-                             "check label_id_column and the source's session field")
-        objects = matched
+                             f"(labels e.g. {labels['sequence_id'].head(3).to_list()}, sequences e.g. "
+                             f"{ids.head(3).to_list()}); check label_id_column and the source's session field")
+        ids = matched
+    if task.max_sequences is not None and ids.len() > task.max_sequences:
+        kept = pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(task.max_sequences)["id"]
+        log.info("task %s: %d of %d sequences kept (max_sequences)", task_name, kept.len(), ids.len())
+        ids = ids.filter(ids.is_in(kept.implode()))
+    objects = scan.filter(pl.col("sequence_id").is_in(ids.implode())).collect()
     present = labels.join(objects.select("sequence_id").unique(), on="sequence_id", how="semi")
     classes = task.ordered_classes(present["label"].cast(pl.String).to_list()) if task.kind != "next_item" else \
         next_item_classes(task, objects, present)

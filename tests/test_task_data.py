@@ -1,0 +1,55 @@
+"""training.task_data.task_sequences: lazy reads, labelled filter, the max_sequences sample."""
+
+import polars as pl
+import pytest
+
+from parsers import storage
+from parsers.log_ingest import ingest_logs
+from parsers.logs import ingest_labels
+from parsers.synthetic import generate_hdfs_logs
+from seqenc.catalog import Task
+from training.task_data import task_sequences
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("td")
+    for day, seed in (("2025-01-01", 0), ("2025-01-02", 1)):
+        generate_hdfs_logs(tmp / f"{day}.log", tmp / f"{day}.csv", n_blocks=60, anomaly_rate=0.1, seed=seed)
+        ingest_logs(tmp / f"{day}.log", tmp / "root", source="h", ingest_date=day)
+    ingest_labels(tmp / "2025-01-01.csv", tmp / "root", "h")  # the first day's blocks only
+    return tmp / "root"
+
+
+def test_every_object_of_the_window_as_read_objects_gives_it(root):
+    objects, labels, classes = task_sequences("t", Task(source="h", kind="anomaly"), root)
+    assert objects.equals(storage.read_objects(root, "h"))
+    one_day, _, _ = task_sequences("t", Task(source="h", kind="anomaly"), root, "2025-01-02")
+    assert one_day.equals(storage.read_objects(root, "h", "2025-01-02"))
+
+
+def test_a_labelled_task_reads_only_labelled_sequences(root):
+    task = Task(source="h", kind="binary", positive="Anomaly")
+    objects, labels, _ = task_sequences("t", task, root)
+    labelled = set(storage.read_labels(root, "h")["sequence_id"])
+    assert set(objects["sequence_id"]) <= labelled and set(labels["sequence_id"]) == set(objects["sequence_id"])
+    want = storage.read_objects(root, "h").filter(pl.col("sequence_id").is_in(sorted(labelled)))
+    assert objects.equals(want)
+
+
+def test_max_sequences_keeps_a_stable_sample_whole(root):
+    full, _, _ = task_sequences("t", Task(source="h", kind="anomaly"), root)
+    task = Task(source="h", kind="anomaly", max_sequences=25)
+    sample, _, _ = task_sequences("t", task, root)
+    kept = sample["sequence_id"].unique()
+    assert kept.len() == 25
+    # every object of a kept sequence, in the order read_objects gives them
+    assert sample.equals(full.filter(pl.col("sequence_id").is_in(kept.implode())))
+    again, _, _ = task_sequences("t", task, root)
+    assert again.equals(sample)
+    # another window (here one day of the two): a kept sequence that it holds is kept there too
+    day2_sample, _, _ = task_sequences("t", task, root, "2025-01-02")
+    day2_all = set(storage.read_objects(root, "h", "2025-01-02")["sequence_id"])
+    assert set(kept) & day2_all <= set(day2_sample["sequence_id"])
+    with pytest.raises(ValueError):
+        Task(source="h", kind="anomaly", max_sequences=0)
