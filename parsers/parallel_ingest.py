@@ -186,19 +186,24 @@ def ingest_parallel(log_paths: list, root, source: str = "hdfs", preset: str | L
     paths = [str(p) for p in log_paths]
     if len(set(map(storage.part_name, paths))) != len(paths):
         raise ValueError("two input files map to the same part name; give files with distinct names")
+    missing = [p for p in paths if not Path(p).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no such file: {', '.join(missing)}")
     common = {"root": str(root), "source": source, "preset": fmt, "ingest_date": ingest_date, "session": session,
               "batch_lines": batch_lines}
-    with _pool(workers) as pool:
-        mined = [f.result() for f in [pool.submit(mine_file, p, **common) for p in paths]]
-        merged = merge_mined([(p, ingest_date) for p in paths], root, source, fmt)
-        futures = [pool.submit(write_file, p, **common, max_reject_share=max_reject_share) for p in paths]
-        outcomes = []
-        for f in futures:
-            try:
-                outcomes.append(f.result())
-            except storage.RejectShareExceeded as exc:
-                outcomes.append(exc)
-    clear_mined(root, source, ingest_date)
+    try:
+        with _pool(workers) as pool:
+            mined = [f.result() for f in [pool.submit(mine_file, p, **common) for p in paths]]
+            merged = merge_mined([(p, ingest_date) for p in paths], root, source, fmt)
+            futures = [pool.submit(write_file, p, **common, max_reject_share=max_reject_share) for p in paths]
+            outcomes = []
+            for f in futures:
+                try:
+                    outcomes.append(f.result())
+                except storage.RejectShareExceeded as exc:
+                    outcomes.append(exc)
+    finally:
+        clear_mined(root, source, ingest_date)  # a re-run mines again
     failed = [o for o in outcomes if isinstance(o, Exception)]
     reports = [o for o in outcomes if not isinstance(o, Exception)]
     if failed:

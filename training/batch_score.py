@@ -115,24 +115,35 @@ def _reported_labels(config, predictions: pl.DataFrame) -> list[str]:
 
 
 def score_in_chunks(bundle, objects: pl.LazyFrame, chunk_sequences: int = CHUNK_SEQUENCES,
-                    progress: bool = True) -> pl.DataFrame:
-    """Score the sequences of a lazy objects frame ``chunk_sequences`` at a time (sorted ids),
-    so memory follows the chunk, not the partition: each chunk's objects are read with the
-    chunk's ids as a filter, scored (training.scoring.score_objects) and dropped. A sequence's
-    score does not depend on the others in its chunk, so the rows equal one call over all
-    sequences (up to float rounding in differently padded batches: ``seqenc bench score``
-    compares every score with small chunks). Rows sorted by ``sequence_id``; None when there are
-    no objects."""
+                    progress: bool = True, spill_dir: str | Path | None = None) -> pl.DataFrame | None:
+    """Score the sequences of a lazy objects frame about ``chunk_sequences`` at a time, so memory
+    follows the chunk, not the partition. Rows sorted by ``sequence_id``; None when there are no
+    objects.
+
+    One pass over the partition splits its rows into ``ceil(sequences / chunk_sequences)``
+    buckets by a hash of the sequence id (Parquet files in a temporary folder under
+    ``spill_dir``, default the system's; every row of a sequence lands in one bucket, in its
+    order); each bucket is then read, scored (training.scoring.score_objects) and dropped. The
+    partition is read once however many chunks there are (filtering it once per chunk reads it
+    once per chunk). A sequence's score does not depend on the others in its chunk, so the rows
+    equal one call over all sequences, up to float rounding in differently padded batches:
+    ``seqenc bench score`` compares every score with small chunks."""
     if chunk_sequences < 1:
         raise ValueError(f"chunk_sequences must be >= 1, got {chunk_sequences}")
-    ids = objects.select("sequence_id").unique().collect(engine="streaming")["sequence_id"].sort()
-    if ids.is_empty():
+    n = objects.select(pl.col("sequence_id").n_unique()).collect().item()
+    if not n:
         return None
+    buckets = -(-n // chunk_sequences)
+    if buckets == 1:
+        return score_objects(bundle, objects.collect(), progress=progress).sort("sequence_id")
     frames = []
-    chunks = range(0, len(ids), chunk_sequences)
-    for start in tqdm(chunks, desc=f"scoring {len(ids)} sequences", unit="chunk", disable=not progress or len(chunks) < 2):
-        chunk = objects.filter(pl.col("sequence_id").is_in(ids.slice(start, chunk_sequences).implode())).collect()
-        frames.append(score_objects(bundle, chunk, progress=progress and len(chunks) == 1))
+    with tempfile.TemporaryDirectory(prefix="seqenc-chunks-", dir=spill_dir) as tmp:
+        bucket = (pl.col("sequence_id").hash(seed=0) % buckets).alias("_bucket")
+        objects.with_columns(bucket).sink_parquet(pl.PartitionBy(tmp, key="_bucket", include_key=False), mkdir=True)
+        folders = sorted(Path(tmp).iterdir())
+        for folder in tqdm(folders, desc=f"scoring {n} sequences", unit="chunk", disable=not progress):
+            chunk = pl.concat([pl.read_parquet(f) for f in sorted(folder.glob("*.parquet"))])
+            frames.append(score_objects(bundle, chunk, progress=False))
     return pl.concat(frames).sort("sequence_id")
 
 
