@@ -22,8 +22,8 @@ and date, so the experiment holds one run per scored day, as the Parquet output 
 
 ``device`` places the model (training.engines.training_device): ``auto`` (the default) scores on
 the first CUDA device when there is one, else on the CPU; every batch follows the model. A day is
-scored ``chunk_sequences`` sequences at a time (:func:`score_in_chunks`), read lazily from its
-partition, so memory does not grow with the day's size.
+scored about ``chunk_sequences`` sequences at a time (:func:`score_in_chunks`: the day's rows
+bucketed by sequence in one streaming pass), so memory does not grow with the day's size.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from training.scoring import load_bundle, score_objects
 log = logging.getLogger(__name__)
 
 SCORING_EXPERIMENT = "seqenc-scoring"
-# sequences scored per chunk: memory follows it (2,000 HDFS blocks, d256 4-layer model: about
-# 1.2 GB), throughput does not grow past it (the TVM batches windows by length within a chunk)
+# sequences scored per chunk: memory follows it (2,000 HDFS blocks, d256 4-layer model: a 2.2 GB
+# peak for the whole scoring process, torch included: seqenc bench score on 10,000 blocks); a
+# chunk that size already fills the TVM's length-sorted batches. Chosen, not tuned.
 CHUNK_SEQUENCES = 2000
 
 

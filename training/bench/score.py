@@ -17,8 +17,8 @@ parsers.resources: the process, torch and the model included), not the generator
 ingest's:
 
 * **batched** (the product path, ``seqenc score`` and the batch-scoring DAG):
-  ``training.batch_score.score_in_chunks`` over the partition read lazily,
-  ``chunk_sequences`` sequences at a time (default 2,000: memory follows the chunk, not the
+  ``training.batch_score.score_in_chunks`` over the partition, bucketed in one pass into chunks
+  of about ``chunk_sequences`` sequences (default 2,000: memory follows the chunk, not the
   partition); within a chunk all windows of all keys are sorted by length and packed into TVM
   batches (``seqenc.inference``). ``seconds`` covers everything after loading the bundle (timed
   apart, ``load_seconds``): reading, value sequences, tokenisation, TVM, KA, the predictions.
