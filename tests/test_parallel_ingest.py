@@ -64,11 +64,16 @@ def _serial(paths, root, preset):
     return [ingest_logs(p, root, source="s", preset=preset, ingest_date=DAY) for p in paths]
 
 
-def _three_steps(paths, root, preset):
-    """The parallel algorithm in this process: mine every file, merge, write every file."""
+def _mine_and_merge(paths, root, preset="hdfs"):
+    """Steps 1 and 2 in this process: mine every file, then merge them in order."""
     for p in paths:
         mine_file(p, root, "s", preset, DAY)
     merge_mined([(p, DAY) for p in paths], root, "s", preset)
+
+
+def _three_steps(paths, root, preset):
+    """The parallel algorithm in this process: mine every file, merge, write every file."""
+    _mine_and_merge(paths, root, preset)
     return [write_file(p, root, "s", preset, DAY) for p in paths]
 
 
@@ -115,9 +120,7 @@ def test_cli_workers_match_serial_with_a_process_pool(tmp_path, capsys):
 def test_write_step_reads_no_state_and_takes_no_lock(tmp_path):
     paths = _split(_hdfs_lines(tmp_path, 40), 2, tmp_path / "in")
     root = tmp_path / "root"
-    for p in paths:
-        mine_file(p, root, "s", "hdfs", DAY)
-    merge_mined([(p, DAY) for p in paths], root, "s", "hdfs")
+    _mine_and_merge(paths, root)
     state = storage.drain_state_path(root, "s")
     saved = state.read_bytes()
     state.unlink()  # the write step must not need it ...
@@ -134,9 +137,7 @@ def test_write_step_reads_no_state_and_takes_no_lock(tmp_path):
 def test_a_file_changed_after_mining_is_refused(tmp_path):
     paths = _split(_hdfs_lines(tmp_path, 40), 2, tmp_path / "in")
     root = tmp_path / "root"
-    for p in paths:
-        mine_file(p, root, "s", "hdfs", DAY)
-    merge_mined([(p, DAY) for p in paths], root, "s", "hdfs")
+    _mine_and_merge(paths, root)
     with paths[1].open("a") as fh:
         fh.write("081109 203615 148 INFO dfs.Something: a line nobody mined blk_9\n")
     with pytest.raises(ValueError, match="not mined.*changed after the mine step"):
