@@ -5,6 +5,9 @@
   JSON writes go through it);
 * :func:`replacing_dir`: build a folder's next version beside it and swap it in with renames (the task's value sequences, a model bundle): readers see the old folder or the
   new one, never a mix, and a failed or killed writer leaves the old one;
+* :func:`write_version`: write a folder as a new numbered version that is never changed again,
+  and point a symbolic link at it in one rename (a model bundle): a reader that resolves the link
+  once reads one version throughout, whatever is saved meanwhile;
 * :func:`file_lock`: an exclusive ``fcntl`` lock (parsers.storage.source_lock: one log ingest of
   a source at a time).
 """
@@ -15,7 +18,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -32,14 +35,7 @@ def durable_replace(tmp: str | os.PathLike, path: str | os.PathLike) -> None:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    try:
-        dir_fd = os.open(Path(path).parent, os.O_RDONLY)
-    except OSError:  # a platform without directory handles (Windows): the rename is what it has
-        return
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    _fsync_dir(Path(path).parent)
 
 
 @contextmanager
@@ -65,6 +61,78 @@ def replacing_dir(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(path, old)
     os.replace(built, path)
     shutil.rmtree(old, ignore_errors=True)
+
+
+KEEP_VERSIONS = 5  # versions write_version keeps (the newest); older ones are removed
+
+
+def versions_dir(path: str | os.PathLike) -> Path:
+    """Where :func:`write_version` keeps the versions of ``path``: ``<path>.versions`` beside it."""
+    path = Path(path)
+    return path.with_name(path.name + ".versions")
+
+
+def write_version(path: str | os.PathLike, write: Callable[[Path], None], keep: int = KEEP_VERSIONS) -> Path:
+    """Save the next version of the folder ``path`` and return it.
+
+    ``write(folder)`` fills a fresh build folder; it then becomes ``<path>.versions/<n>`` (``n``
+    one more than the highest so far) and ``path`` becomes a relative symbolic link to it, swapped
+    in by a rename. A version's folder is never written again: a reader that resolves ``path``
+    once (``os.path.realpath``, as training.scoring.load_bundle does) reads every file from the
+    same version even while newer ones are saved. The ``keep`` newest versions stay (and always
+    the one ``path`` names); older ones are removed. A ``write`` that raises leaves ``path`` as it
+    was. A real folder at ``path`` (an older layout) becomes a version first. Needs symbolic links
+    (POSIX; the product's containers)."""
+    path = Path(path)
+    versions = versions_dir(path)
+    versions.mkdir(parents=True, exist_ok=True)
+    for stale in versions.glob(".building-*"):  # left by a killed writer
+        shutil.rmtree(stale, ignore_errors=True)
+    built = Path(tempfile.mkdtemp(prefix=".building-", dir=versions))
+    try:
+        write(built)
+    except BaseException:
+        shutil.rmtree(built, ignore_errors=True)
+        raise
+    if path.is_dir() and not path.is_symlink():  # the unversioned layout: keep it as a version
+        _rename_as_next(path, versions)
+    final = _rename_as_next(built, versions)
+    link = path.with_name(f".{path.name}.link-{os.getpid()}")
+    link.unlink(missing_ok=True)
+    os.symlink(f"{versions.name}/{final.name}", link)
+    os.replace(link, path)
+    _fsync_dir(path.parent)
+    numbered = sorted((int(p.name) for p in versions.iterdir() if p.name.isdigit()), reverse=True)
+    for n in numbered[keep:]:
+        if n != int(final.name):
+            shutil.rmtree(versions / str(n), ignore_errors=True)
+    return final
+
+
+def _rename_as_next(folder: Path, versions: Path) -> Path:
+    """Rename ``folder`` to the next free number under ``versions`` (two writers never share one:
+    a rename onto a non-empty folder fails, and the next number is tried)."""
+    n = max((int(p.name) for p in versions.iterdir() if p.name.isdigit()), default=0) + 1
+    while True:
+        target = versions / str(n)
+        try:
+            os.rename(folder, target)
+            return target
+        except OSError:
+            if not target.exists():
+                raise
+            n += 1
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # a platform without directory handles (Windows): the rename is what it has
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @contextmanager

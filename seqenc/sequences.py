@@ -111,6 +111,9 @@ def value_sequence_windows(
     return windows, dropped
 
 
+WINDOWS_SCHEMA = pa.schema([("sequence_id", pa.string()), ("key", pa.string()), ("input_ids", pa.list_(pa.int32()))])
+
+
 @dataclass
 class TokenizedSequences:
     """All windows of all S(k) of a set of sequences, flat, with the indexes to regroup them.
@@ -170,12 +173,15 @@ class TokenizedSequences:
 
     # --- Parquet, one row per window -------------------------------------------------------------
     def write_parquet(self, path) -> None:
-        table = pa.table({
+        pq.write_table(self.to_arrow(), path)
+
+    def to_arrow(self) -> pa.Table:
+        """One row per window: ``sequence_id``, ``key``, ``input_ids`` (what :meth:`read_parquet` reads)."""
+        return pa.table({
             "sequence_id": [self.sequence_ids[self.key_seq[r]] for r in self.window_key],
             "key": [self.keys[r] for r in self.window_key],
-            "input_ids": pa.array(self.windows, type=pa.list_(pa.int32())),
-        })
-        pq.write_table(table, path)
+            "input_ids": self.windows,
+        }, schema=WINDOWS_SCHEMA)
 
     @classmethod
     def read_parquet(cls, path) -> TokenizedSequences:

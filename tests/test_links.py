@@ -9,8 +9,7 @@ from seqenc.links import ALONE, LINKED, link_flags, value_link_flags
 from seqenc.sequences import tokenize_value_sequences
 from seqenc.tokenizer import ValueTokenizer
 from training.data import mask_tokens
-from training.pipeline import vocab_and_windows
-from training.task_data import value_sequences
+from training.task_data import value_sequences, vocab_and_windows
 
 
 def _value_seqs() -> pl.DataFrame:

@@ -8,8 +8,8 @@ from seqenc.numeric import NumericBins, as_number, bin_token
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import NUMERIC_BINS_FILE, ValueTokenizer
 from training.data import mask_tokens
-from training.pipeline import vocab_and_windows
 from training.scoring import load_bundle, save_bundle
+from training.task_data import vocab_and_windows
 
 BLOCK = 67108864  # a value that fills most quantiles, as HDFS's 64 MiB block size
 

@@ -1,6 +1,8 @@
 """Parquet layout helpers: paths, typed empty tables, atomic replacing writes."""
 
 import datetime as dt
+import os
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -214,3 +216,22 @@ def test_files_that_share_a_stem_get_their_own_parts_and_old_names_are_replaced(
     assert not legacy.exists()
     rows = storage.read_objects(root, "web")
     assert rows.filter(pl.col("sequence_id") == "s1").height == rows.filter(pl.col("sequence_id") == "s2").height
+
+
+def test_write_version_keeps_each_version_whole_and_points_at_the_newest(tmp_path):
+    path = tmp_path / "bundle"
+    path.mkdir()  # the unversioned layout of older releases: kept as version 1
+    (path / "a.json").write_text("v1")
+    first = atomic.write_version(path, lambda d: (d / "a.json").write_text("v2"))
+    assert first.name == "2" and path.is_symlink() and (path / "a.json").read_text() == "v2"
+    assert (atomic.versions_dir(path) / "1" / "a.json").read_text() == "v1"
+    held = Path(os.path.realpath(path))  # a reader resolved the link once
+    with pytest.raises(RuntimeError):  # a failed writer: nothing changes
+        atomic.write_version(path, lambda d: (_ for _ in ()).throw(RuntimeError("killed halfway")))
+    assert Path(os.path.realpath(path)) == held and not list(atomic.versions_dir(path).glob(".building-*"))
+    atomic.write_version(path, lambda d: (d / "a.json").write_text("v3"))
+    assert (held / "a.json").read_text() == "v2" and (path / "a.json").read_text() == "v3"  # never rewritten
+    for n in range(4, 10):
+        atomic.write_version(path, lambda d, n=n: (d / "a.json").write_text(f"v{n}"), keep=3)
+    assert sorted(int(p.name) for p in atomic.versions_dir(path).iterdir()) == [7, 8, 9]
+    assert (path / "a.json").read_text() == "v9" and os.readlink(path) == "bundle.versions/9"

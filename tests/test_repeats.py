@@ -6,7 +6,7 @@ import pytest
 
 from seqenc.links import ALONE, LINKED, NEW, SEEN, long_repeat_flags, repeat_flags, value_link_flags
 from seqenc.tokenizer import ValueTokenizer
-from training.pipeline import vocab_and_windows
+from training.task_data import vocab_and_windows
 
 
 def _value_seqs() -> pl.DataFrame:

@@ -18,8 +18,8 @@ from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import SurpriseScorer
 from training.bench.baselines import pca_detector
-from training.pipeline import vocab_and_windows
 from training.scoring import load_bundle, save_bundle, score_objects
+from training.task_data import vocab_and_windows
 from training.trainer import TrainConfig
 from training.unlabelled import (
     THRESHOLD_POLICIES,

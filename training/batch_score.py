@@ -39,6 +39,7 @@ from tqdm.auto import tqdm
 
 from parsers import storage
 from training import tracking
+from training.buckets import hash_bucket, read_bucket, spill_buckets
 from training.registry import is_model_uri, resolve_model
 from training.scoring import load_bundle, score_objects
 
@@ -139,12 +140,9 @@ def score_in_chunks(bundle, objects: pl.LazyFrame, chunk_sequences: int = CHUNK_
         return score_objects(bundle, objects.collect(), progress=progress).sort("sequence_id")
     frames = []
     with tempfile.TemporaryDirectory(prefix="seqenc-chunks-", dir=spill_dir) as tmp:
-        bucket = (pl.col("sequence_id").hash(seed=0) % buckets).alias("_bucket")
-        objects.with_columns(bucket).sink_parquet(pl.PartitionBy(tmp, key="_bucket", include_key=False), mkdir=True)
-        folders = sorted(Path(tmp).iterdir())
-        for folder in tqdm(folders, desc=f"scoring {n} sequences", unit="chunk", disable=not progress):
-            chunk = pl.concat([pl.read_parquet(f) for f in sorted(folder.glob("*.parquet"))])
-            frames.append(score_objects(bundle, chunk, progress=False))
+        for files in tqdm(spill_buckets(objects, hash_bucket(buckets), tmp), desc=f"scoring {n} sequences",
+                          unit="chunk", disable=not progress):
+            frames.append(score_objects(bundle, read_bucket(files), progress=False))
     return pl.concat(frames).sort("sequence_id")
 
 

@@ -115,6 +115,21 @@ def cmd_bench_score(args) -> int:
     return 0
 
 
+def cmd_bench_sequences(args) -> int:
+    from training.bench.sequences import bench_sequences, plot_sequences, sequences_table
+
+    out = Path(args.json)
+    workdir = Path(args.workdir or out.with_suffix(""))
+    result = bench_sequences(workdir, days=args.days, lines_per_day=args.lines_per_day,
+                             chunk_sizes=tuple(_int_list(args.chunk_sequences, "--chunk-sequences")),
+                             compare_sequences=args.compare_sequences, seed=args.seed, progress=not args.no_progress)
+    _write_result(result, sequences_table, out)
+    png = out.with_suffix(".png")
+    plot_sequences(result, png)
+    print(f"wrote {png}")
+    return 0
+
+
 def add_bench_parser(sub) -> None:
     """The ``bench`` sub-commands, added to the CLI's sub-parsers."""
     bench = sub.add_parser("bench", help="benchmarks (JSON + Markdown table + plot)")
@@ -212,3 +227,17 @@ def add_bench_parser(sub) -> None:
     bs.add_argument("--workdir", default=None, help="scratch folder: data, bundle, predictions (default: beside --json)")
     bs.add_argument("--no-progress", action="store_true")
     bs.set_defaults(func=cmd_bench_score)
+    bq = bsub.add_parser("sequences", help="value-sequence building over days of generated, ingested logs: in "
+                         "buckets (the product path) vs one in-memory pass, peak RSS and seconds each")
+    bq.add_argument("--json", required=True, help="output JSON (a .md table and a .png plot go beside it)")
+    bq.add_argument("--days", type=int, default=2, help="days of logs, each its own ingest partition")
+    bq.add_argument("--lines-per-day", type=int, default=200_000)
+    bq.add_argument("--chunk-sequences", default="20000", metavar="N1,N2,...",
+                    help="sequences per bucket of the product path, one 'all' row each (default 20000)")
+    bq.add_argument("--compare-sequences", type=int, default=20_000,
+                    help="a sample this large is built both in memory and in buckets, files compared (0: skip)")
+    bq.add_argument("--seed", type=int, default=0)
+    bq.add_argument("--workdir", default=None,
+                    help="data and outputs (default: beside --json); days already ingested there are reused")
+    bq.add_argument("--no-progress", action="store_true")
+    bq.set_defaults(func=cmd_bench_sequences)

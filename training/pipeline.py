@@ -47,19 +47,15 @@ from training.metrics import (
     predict,
 )
 from training.scoring import load_bundle, save_bundle, score_objects
+from training.sequence_build import CHUNK_SEQUENCES, build_sequences
 from training.task_data import (
     UNLABELLED,
-    assign_splits,
     label_vector,
     read_item_history,
     read_task,
     sequence_objects,
+    task_input,
     task_objects,
-    task_sequences,
-    value_sequences,
-    vocab_and_windows,
-    write_item_history,
-    write_task,
 )
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 
@@ -164,7 +160,7 @@ def sequences_dir(workdir: str | Path, task_name: str) -> Path:
 def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed: int = 0,
                     ingest_date: str | list[str] | None = None, pretrained: str | None = None,
                     data_root: str | None = None, split: str | None = None, model_overrides: dict | None = None,
-                    catalog=None) -> dict:
+                    catalog=None, chunk_sequences: int = CHUNK_SEQUENCES, progress: bool = True) -> dict:
     """S(k) of the task's sequences (every sequence of its source for an ``anomaly`` task, the
     labelled ones otherwise), a train/dev/test split, a WordPiece vocabulary from train (or the
     pre-trained checkpoint's when ``pretrained`` is given), and ``task.json``: the task as
@@ -176,58 +172,22 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     input to one ingest partition or a list of them (None: all); ``data_root`` is the ingest root
     (default ``<workdir>/data``). ``split`` (default: the task's): ``"stratified"``, ``"fixed"``
     or ``"time"`` (training.task_data.assign_splits). The files are written to a folder beside
-    the task's and swapped in when all are written: a failed run leaves the previous outputs."""
+    the task's and swapped in when all are written: a failed run leaves the previous outputs.
+    The input is read lazily and built ``chunk_sequences`` sequences at a time
+    (training.sequence_build): memory follows that, not the number of days read."""
     task = load_catalog(catalog).task(task_name)
     split = split or task.split
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     root = Path(data_root) if data_root else Path(workdir) / "data"
-    objects, labels, classes = task_sequences(task_name, task, root, ingest_date)
-    final = sequences_dir(workdir, task_name)
-    with atomic.replacing_dir(final) as out:  # swapped in whole at the end
-        stats = _write_sequences(out, task_name, task, objects, labels, classes, split, seed, size, model_overrides,
-                                 pretrained, ingest_date)
-    return {"dir": str(final), "stats": stats}
-
-
-def _write_sequences(out: Path, task_name: str, task, objects, labels, classes, split: str, seed: int,
-                     size: str | None, model_overrides: dict | None, pretrained: str | None, ingest_date) -> dict:
-    """The files of :func:`stage_sequences` into ``out``; returns the stats."""
-    value_seqs = value_sequences(objects, task)
-    if value_seqs.height == 0:
-        raise ValueError(f"task {task_name}: every key of source {task.source!r} is excluded (exclude_keys / "
-                         "keep_keys); keep at least one")
-    sequence_ids = value_seqs["sequence_id"].unique(maintain_order=True).to_list()
-    y = label_vector(sequence_ids, labels, classes, task)
-    split_of = assign_splits(sequence_ids, y, split, seed, task, objects)
-    by_id = dict(zip(labels["sequence_id"].to_list(), labels["label"].cast(pl.String).to_list()))
-    split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of,
-                             "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
-    split_df.write_parquet(out / "splits.parquet")
-
+    inp = task_input(task_name, task, root, ingest_date)
     model_cfg = {**_size(size or task.size or "demo")["model"],
                  **task_model_settings(task.kind, {**task.config.get("model", {}), **(model_overrides or {})})}
-    tok, data = vocab_and_windows(value_seqs, split_df.filter(pl.col("split") == "train")["sequence_id"], model_cfg,
-                                  pretrained)
-    tok.save(out / "tokenizer.json")
-    data.write_parquet(out / "windows.parquet")
-    write_task(out, task_name, task, classes)
-    if task.kind == "next_item":
-        write_item_history(out, value_seqs, data.sequence_ids, task, classes)
-    dates = None if ingest_date is None else sorted(
-        storage.ingest_date_str(d) for d in (ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]))
-    (out / "input.json").write_text(json.dumps({"source": task.source, "ingest_dates": dates}))
-    stats = {**data.stats, "vocab_size": tok.vocab_size, "n_classes": len(classes), "sequences": len(sequence_ids)}
-    if task.kind == "next_item":  # a catalogue: how many items are ever a target, not one count each
-        stats["distinct_targets"] = int((np.bincount(y, minlength=len(classes)) > 0).sum())
-    else:
-        labelled = y[y >= 0]
-        counts = np.bincount(labelled, minlength=len(classes))
-        stats["class_counts"] = {c: int(counts[i]) for i, c in enumerate(classes)}
-        if task.kind == "anomaly":
-            stats["unlabelled"] = int((y < 0).sum())
-    (out / "stats.json").write_text(json.dumps(stats, indent=2))
-    return stats
+    final = sequences_dir(workdir, task_name)
+    with atomic.replacing_dir(final) as out:  # swapped in whole at the end
+        stats = build_sequences(out, task_name, task, inp, split, seed, model_cfg, pretrained, ingest_date,
+                                chunk_sequences, progress=progress)
+    return {"dir": str(final), "stats": stats}
 
 
 # --- 4. train ---------------------------------------------------------------------------------

@@ -7,7 +7,9 @@ A model bundle is one directory: ``config.json`` + ``model.safetensors`` + ``arc
 (task, training mode, decision threshold, how the objects became the model's input --
 ``event_key``, ``exclude_keys`` --, and the fitted ``surprise`` scorer when the model was
 trained with ``surprise_scoring``, seqenc.surprise; value-link markers, seqenc.links, live in
-``tokenizer.json``). Nothing in it is pickled.
+``tokenizer.json``). Nothing in it is pickled. Saved bundles are versions
+(:func:`save_bundle`): ``models/<task>/bundle`` is a link to ``models/<task>/bundle.versions/<n>``,
+a folder never written again, so a scorer never reads a bundle that training is replacing.
 
 Every mode's bundle loads (:func:`load_bundle`) and scores (:func:`score_objects`) the same way;
 the one difference is the input each model reads, built by the functions training built it with:
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -78,22 +81,27 @@ class Bundle(NamedTuple):
 
 
 def save_bundle(model: nn.Module, tok: ValueTokenizer, metadata: dict, directory: str | Path) -> Path:
-    """Any of the MODEL_CLASSES with its tokenizer and metadata (see the module docstring)."""
+    """Any of the MODEL_CLASSES with its tokenizer and metadata (see the module docstring), as a
+    new version: ``<directory>.versions/<n>``, never written again, and ``directory`` a link to
+    it (parsers.atomic.write_version). Returns the version's folder."""
     if type(model).__name__ not in MODEL_CLASSES:
         raise TypeError(f"a bundle holds one of {sorted(MODEL_CLASSES)}, not a {type(model).__name__}")
-    directory = Path(directory)
-    with atomic.replacing_dir(directory) as built:  # swapped in whole: a scorer never reads half a bundle
-        model.save_pretrained(built, extra=metadata)
-        tok.save(built / "tokenizer.json")
-    return directory
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder, extra=metadata)
+        tok.save(folder / "tokenizer.json")
+
+    return atomic.write_version(directory, write)
 
 
 def load_bundle(directory: str | Path, device: str = "cpu") -> Bundle:
     """The model of whichever class the bundle's ``architecture.json`` names (safetensors + JSON
     only), its tokenizer and metadata. A bundle whose metadata names a training mode of another
     architecture is refused. ``device`` is where the model goes (training.engines.training_device:
-    ``auto``, ``cpu``, ``cuda``, ...); scoring batches follow it (seqenc.inference.to_model)."""
-    directory = Path(directory)
+    ``auto``, ``cpu``, ``cuda``, ...); scoring batches follow it (seqenc.inference.to_model).
+    ``directory`` is resolved once (a link to a saved version, see :func:`save_bundle`), so every
+    file comes from the same version even if a newer one is saved while this loads."""
+    directory = Path(os.path.realpath(directory))
     for name in BUNDLE_FILES:
         if not (directory / name).is_file():
             raise FileNotFoundError(f"{directory} is not a seqenc model bundle: {name} is missing")

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +27,7 @@ import polars as pl
 from parsers import storage
 from seqenc.catalog import Task
 from seqenc.config import TVMKAConfig
-from seqenc.numeric import NumericBins
+from seqenc.numeric import BinFitter
 from seqenc.sequences import (
     HISTORY_FEATURES,
     TokenizedSequences,
@@ -55,17 +57,28 @@ def task_objects(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
     return objects
 
 
-def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=None) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
-    """(objects, labels, classes) of a task: ``objects`` of its source under ``root`` (the
-    ingest dates given, or all), restricted to labelled sequences for a labelled task and to
-    ``task.max_sequences`` of them when set; ``labels`` (``sequence_id, label``, one per
-    sequence; may be empty for ``anomaly``).
+@dataclass
+class TaskInput:
+    """What a task reads, before anything is collected: ``objects`` (lazy, only the sequences
+    kept), ``sequence_ids`` (those sequences, first-seen order), ``labels`` (``sequence_id,
+    label`` of those sequences, one each; may be empty for ``anomaly``) and ``classes``."""
 
-    The partitions are read lazily (parsers.storage.scan_objects): first the sequence ids, then
-    only the objects of the sequences kept, so memory follows what is trained on, not what was
-    ingested. The ``max_sequences`` sample is the sequences with the smallest hash of their id:
-    the same sequences are kept from one night to the next while they are in the window (polars'
-    seeded hash: stable within a polars version)."""
+    objects: pl.LazyFrame
+    sequence_ids: pl.Series
+    labels: pl.DataFrame
+    classes: list[str]
+
+
+def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -> TaskInput:
+    """The task's input from the objects of its source under ``root`` (the ingest dates given,
+    or all), restricted to labelled sequences for a labelled task and to ``task.max_sequences``
+    of them when set.
+
+    The partitions are read lazily (parsers.storage.scan_objects): only the sequence ids (and
+    the labels, and a next_item task's items) are collected here, so memory follows what is
+    trained on, not what was ingested. The ``max_sequences`` sample is the sequences with the
+    smallest hash of their id: the same sequences are kept from one night to the next while they
+    are in the window (polars' seeded hash: stable within a polars version)."""
     scan = storage.scan_objects(root, task.source, ingest_date)
     ids = scan.select("sequence_id").unique(maintain_order=True).collect()["sequence_id"]
     if ids.len() == 0:
@@ -88,18 +101,25 @@ def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=Non
         kept = pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(task.max_sequences)["id"]
         log.info("task %s: %d of %d sequences kept (max_sequences)", task_name, kept.len(), ids.len())
         ids = ids.filter(ids.is_in(kept.implode()))
-    objects = scan.filter(pl.col("sequence_id").is_in(ids.implode())).collect()
-    present = labels.join(objects.select("sequence_id").unique(), on="sequence_id", how="semi")
+    objects = scan.filter(pl.col("sequence_id").is_in(ids.implode()))
+    present = labels.filter(pl.col("sequence_id").is_in(ids.implode()))
     classes = task.ordered_classes(present["label"].cast(pl.String).to_list()) if task.kind != "next_item" else \
         next_item_classes(task, objects, present)
-    return objects, present, classes
+    return TaskInput(objects, ids, present, classes)
 
 
-def next_item_classes(task: Task, objects: pl.DataFrame, labels: pl.DataFrame) -> list[str]:
+def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=None) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
+    """(objects, labels, classes) of :func:`task_input`, the objects collected in memory."""
+    inp = task_input(task_name, task, root, ingest_date)
+    return inp.objects.collect(), inp.labels, inp.classes
+
+
+def next_item_classes(task: Task, objects: pl.DataFrame | pl.LazyFrame, labels: pl.DataFrame) -> list[str]:
     """A next_item task's classes: the catalogue, every item seen as a value of ``item_key`` or
     as a label, sorted (choice: the data defines the catalogue, so a user's item ids need no
     list; an item first seen tomorrow joins the catalogue of tomorrow's model)."""
-    seen = objects.filter(pl.col("key") == task.item_key)["value"].cast(pl.String)
+    seen = objects.lazy().filter(pl.col("key") == task.item_key).select(pl.col("value").cast(pl.String)).unique() \
+        .collect()["value"]
     if seen.len() == 0:
         raise ValueError(f"item_key {task.item_key!r} occurs in no object of source {task.source!r}; name the key "
                          "whose values are the items (seqenc profile lists the keys)")
@@ -124,16 +144,17 @@ def label_vector(sequence_ids: list[str], labels: pl.DataFrame, classes: list[st
 
 
 def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int, task: Task,
-                  objects: pl.DataFrame | None = None) -> list[str]:
+                  objects: pl.DataFrame | pl.LazyFrame | None = None) -> list[str]:
     """``"train" | "dev" | "test"`` per sequence: ``stratified`` (by label, seeded; next_item
     and unlabelled sequences form one stratum each), ``fixed`` (by a hash of the id,
     training.data.fixed_split: the same sequence lands in the same split whatever the data
-    window) or ``time`` (by each sequence's first timestamp, TIME_SPLIT; ``objects`` needed)."""
+    window) or ``time`` (by each sequence's first timestamp, TIME_SPLIT; ``objects`` needed, in
+    memory or lazy)."""
     if split == "fixed":
         return fixed_split(sequence_ids)
     if split == "time":
-        first = (objects.group_by("sequence_id").agg(pl.col("ts").min().alias("t"), pl.col("step").min().alias("s"))
-                 .filter(pl.col("sequence_id").is_in(sequence_ids)))
+        first = (objects.lazy().group_by("sequence_id").agg(pl.col("ts").min().alias("t"), pl.col("step").min().alias("s"))
+                 .filter(pl.col("sequence_id").is_in(sequence_ids)).collect())
         if first["t"].null_count() == first.height:
             raise ValueError(f"split = \"time\" needs timestamps, and no object of source {task.source!r} has one; "
                              "use split = \"fixed\" or \"stratified\"")
@@ -154,19 +175,29 @@ def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int,
     return out.tolist()
 
 
-def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg: dict,
-                      pretrained: str | None = None) -> tuple[ValueTokenizer, TokenizedSequences]:
+def fit_tokenizer(train_rows: Callable[[], Iterable[pl.DataFrame]], model_cfg: dict,
+                  pretrained: str | None = None) -> ValueTokenizer:
     """A WordPiece vocabulary from the train sequences' keys and values (or the pre-trained
-    checkpoint's) with numeric bins fitted on the train values (seqenc.numeric), and every S(k)
-    tokenised into windows as the model config says."""
-    train_rows = value_seqs.join(pl.DataFrame({"sequence_id": train_ids}), on="sequence_id", how="semi")
-    texts = train_rows["key"].to_list() + train_rows["values"].explode().to_list()
+    checkpoint's) with numeric bins fitted on the train values (seqenc.numeric), and the markers
+    the model config turns on. ``train_rows()`` yields the train rows of the value sequences
+    (``key``, ``values``) a batch at a time, in sequence order, and is called once per pass (the
+    keys, then the values, then the bins), so a week need not be in memory at once: the texts
+    reach the trainer in the order of one frame's ``keys + values.explode()``."""
+    def texts():
+        for rows in train_rows():
+            yield from rows["key"].to_list()
+        for rows in train_rows():
+            yield from rows["values"].explode().drop_nulls().to_list()
+
     tok = (ValueTokenizer.from_bert(pretrained) if pretrained
-           else ValueTokenizer.train(texts, vocab_size=model_cfg["vocab_size"]))
+           else ValueTokenizer.train(texts(), vocab_size=model_cfg["vocab_size"]))
     defaults = TVMKAConfig()  # bins and how a long S(k) is handled follow the model config
     n_bins = model_cfg.get("numeric_bins", defaults.numeric_bins)
     if n_bins:
-        tok.with_numeric_bins(NumericBins.fit(train_rows["key"].to_list(), train_rows["values"].to_list(), n_bins))
+        fitter = BinFitter(n_bins)
+        for rows in train_rows():
+            fitter.add(rows["key"].to_list(), rows["values"].to_list())
+        tok.with_numeric_bins(fitter.bins())
         log.info("numeric bins for %d key(s): %s", len(tok.numeric.edges), sorted(tok.numeric.edges))
     if model_cfg.get("value_links", defaults.value_links):
         tok.with_value_links()
@@ -174,10 +205,24 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
         tok.with_value_repeats()
     if model_cfg.get("value_end", defaults.value_end):
         tok.with_value_end()
-    data = tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
+    return tok
+
+
+def windows_of(value_seqs: pl.DataFrame, tok: ValueTokenizer, model_cfg: dict) -> TokenizedSequences:
+    """Every S(k) of ``value_seqs`` tokenised into windows as the model config says."""
+    defaults = TVMKAConfig()
+    return tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
                                     model_cfg.get("long_sequences", defaults.long_sequences),
                                     model_cfg.get("max_windows", defaults.max_windows))
-    return tok, data
+
+
+def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg: dict,
+                      pretrained: str | None = None) -> tuple[ValueTokenizer, TokenizedSequences]:
+    """:func:`fit_tokenizer` on the train sequences of an in-memory ``value_seqs`` and
+    :func:`windows_of` every sequence (training.sequence_build does the same a bucket at a time)."""
+    train_rows = value_seqs.join(pl.DataFrame({"sequence_id": train_ids}), on="sequence_id", how="semi")
+    tok = fit_tokenizer(lambda: [train_rows], model_cfg, pretrained)
+    return tok, windows_of(value_seqs, tok, model_cfg)
 
 
 def value_sequences(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
@@ -185,14 +230,14 @@ def value_sequences(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
     return collect_value_sequences(task_objects(objects, task), tuple(task.exclude_keys))
 
 
-def write_item_history(seq_dir: Path, value_seqs: pl.DataFrame, sequence_ids: list[str], task: Task,
-                       classes: list[str]) -> None:
-    """``item_history.parquet`` of a next_item task: the item-history features of every sequence
-    (seqenc.sequences.item_histories; one row per sequence and item it holds)."""
+def item_history_frame(value_seqs: pl.DataFrame, sequence_ids: list[str], task: Task,
+                       classes: list[str]) -> pl.DataFrame:
+    """The rows of ``item_history.parquet`` of a next_item task: the item-history features of
+    every sequence (seqenc.sequences.item_histories; one row per sequence and item it holds)."""
     histories = item_histories(value_seqs, sequence_ids, task.item_key, classes)
     rows = [(s, i, *f) for s, h in zip(sequence_ids, histories) for i, f in h.items()]
     schema = {"sequence_id": pl.String, "item": pl.Int32} | {name: pl.Float32 for name in HISTORY_FEATURES}
-    pl.DataFrame(rows, schema=schema, orient="row").write_parquet(seq_dir / "item_history.parquet")
+    return pl.DataFrame(rows, schema=schema, orient="row")
 
 
 def read_item_history(seq_dir: Path, sequence_ids: list[str]) -> list[dict[int, tuple[float, ...]]]:

@@ -1,0 +1,97 @@
+"""training.sequence_build: value sequences built a bucket of sequences at a time give exactly
+the files of one in-memory pass (every task kind, the time split, bins, links, repeats, item
+history), and seqenc.numeric.BinFitter's bounded fit."""
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+
+from seqenc.numeric import BinFitter, NumericBins
+from training import pipeline
+
+WATCH = """
+[tasks.hdfs_watch]
+source = "hdfs"
+kind = "anomaly"
+positive = "Anomaly"
+split = "time"
+exclude_keys = ["template"]
+event_key = true
+
+[tasks.hdfs_watch.config.model]
+numeric_bins = 8
+value_links = true
+value_repeats = true
+value_end = true
+"""
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    base = tmp_path_factory.mktemp("build")
+    catalog = base / "seqenc.toml"
+    default = Path(pipeline.__file__).parents[1] / "seqenc" / "default_catalog.toml"
+    catalog.write_text(default.read_text() + WATCH)
+    raw = pipeline.stage_generate(str(base / "gen"), "tiny", seed=3, catalog=str(catalog))
+    root = base / "data"
+    for source, files in raw.items():
+        pipeline.stage_ingest(str(base), source, files["path"], files["labels"], ingest_date="2025-03-01",
+                              catalog=str(catalog), data_root=str(root))
+    return {"base": base, "catalog": str(catalog), "root": str(root)}
+
+
+def _files(folder: Path) -> dict[str, object]:
+    out = {}
+    for path in sorted(folder.iterdir()):
+        out[path.name] = pl.read_parquet(path) if path.suffix == ".parquet" else path.read_text()
+    return out
+
+
+@pytest.mark.parametrize("task", ["anomaly", "milestone", "next_item", "hdfs_watch"])
+def test_buckets_give_the_files_of_one_pass(data, task):
+    built = {}
+    for chunk in (10**9, 7):  # one bucket in memory; buckets of 7 sequences spilled to Parquet
+        work = data["base"] / f"{task}-{chunk}"
+        result = pipeline.stage_sequences(str(work), task, "tiny", seed=1, data_root=data["root"],
+                                          catalog=data["catalog"], chunk_sequences=chunk, progress=False)
+        built[chunk] = _files(Path(result["dir"]))
+    one, many = built[10**9], built[7]
+    assert one.keys() == many.keys()
+    assert one["stats.json"] == many["stats.json"]
+    for name, frame in one.items():
+        if isinstance(frame, pl.DataFrame):
+            assert frame.equals(many[name]), name
+        else:
+            assert frame == many[name], name
+    windows = one["windows.parquet"]
+    assert windows["sequence_id"].n_unique() > 3 * 7  # several buckets were built
+    if task == "hdfs_watch":
+        assert "numeric_bins.json" in one and "[LINKED]" in one["tokenizer.json"]
+    if task == "next_item":
+        assert one["item_history.parquet"].height > 0
+
+
+def test_bin_fitter_is_exact_under_its_cap_and_batch_free_over_it():
+    rng = np.random.default_rng(0)
+    keys = [f"k{i % 3}" for i in range(400)]
+    values = [[str(x) for x in rng.lognormal(3, 1, size=int(rng.integers(1, 40)))] for _ in keys]
+    values[5] = ["n/a"]  # a non-number counts against the share, not in the quantiles
+    exact = NumericBins.fit(keys, values, n_bins=8)
+    numbers = [float(v) for k, vs in zip(keys, values) if k == "k0" for v in vs if v != "n/a"]
+    assert np.allclose(exact.edges["k0"], np.unique(np.quantile(numbers, np.linspace(0, 1, 9))))
+
+    capped = []
+    for batch in (1, 7, 400):  # batches of any size keep the same thinned sample
+        fitter = BinFitter(8, max_values=100)
+        for i in range(0, len(keys), batch):
+            fitter.add(keys[i:i + batch], values[i:i + batch])
+        assert all(fitter.kept[k] <= 100 for k in fitter.kept)
+        capped.append(fitter.bins())
+    for other in capped[1:]:
+        assert all(np.array_equal(capped[0].edges[k], other.edges[k]) for k in capped[0].edges)
+    assert capped[0].edges.keys() == exact.edges.keys()
+    # thinned, the edges stay close: every capped edge lies within a few ranks of the exact quantile
+    ranks = np.searchsorted(np.sort(numbers), capped[0].edges["k0"]) / len(numbers)
+    assert np.abs(ranks - np.linspace(0, 1, 9)[:len(ranks)]).max() < 0.1
