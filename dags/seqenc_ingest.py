@@ -71,8 +71,9 @@ def find_files() -> list[dict]:
     from parsers.landing import find_interval_files, prepare_formats
 
     root, landing = _paths()
-    files = find_interval_files(landing, _days())
-    prepare_formats(files, root, _catalog())
+    catalog = _catalog()
+    files = find_interval_files(landing, _days(), catalog)
+    prepare_formats(files, root, catalog)
     return files
 
 

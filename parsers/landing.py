@@ -52,19 +52,21 @@ log = logging.getLogger(__name__)
 
 LOG_SUFFIXES = (".log", ".log.gz", ".txt", ".txt.gz")
 EVENT_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson", ".ndjson.gz")
+TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet")
 MANIFEST = "_manifest.json"
 
 
 def source_spec(catalog, source: str, kind: str) -> Source:
     """The catalogue's ``[sources.<source>]``, or the defaults of an undeclared source of that
-    ``kind`` ("logs" | "events"; a labels file takes its source's declared kind, else events)."""
+    ``kind`` ("logs" | "events" | "tables" | "texts"; a labels file takes its source's declared
+    kind, else events)."""
     catalog = load_catalog(catalog)
     if source in catalog.sources:
         spec = catalog.sources[source]
         if spec.formats:  # relative to the catalogue's folder, as its other paths
             spec = spec.model_copy(update={"formats": str(catalog.resolve_path(spec.formats))})
         return spec
-    return Source(kind="logs" if kind == "logs" else "events")
+    return Source(kind=kind if kind in ("logs", "tables", "texts") else "events")
 
 
 def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, kind: str | None = None,
@@ -77,6 +79,7 @@ def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, k
     from parsers.events import ingest_events
     from parsers.log_ingest import ingest_logs
     from parsers.logs import ingest_labels
+    from parsers.tables import ingest_table, ingest_text
 
     kind = kind or spec.kind
     if kind == "labels":
@@ -84,8 +87,12 @@ def ingest_path(path: str | Path, root: str | Path, source: str, spec: Source, k
                              ingest_date=ingest_date, part_stem=part_stem)
     if kind == "events":
         return ingest_events(path, root, source=source, ingest_date=ingest_date, **spec.event_options())
+    if kind == "tables":
+        return ingest_table(path, root, source=source, ingest_date=ingest_date, **spec.table_options())
+    if kind == "texts":
+        return ingest_text(path, root, source=source, ingest_date=ingest_date, **spec.text_options())
     if kind != "logs":
-        raise ValueError(f"unknown ingest kind {kind!r} for {path}; allowed: logs, events, labels")
+        raise ValueError(f"unknown ingest kind {kind!r} for {path}; allowed: logs, events, tables, texts, labels")
     fmt, session = log_options(path, root, source, spec)
     frozen = None
     if merged:
@@ -148,13 +155,20 @@ def interval_days(start: dt.date | dt.datetime | str, end: dt.date | dt.datetime
     return [(first + dt.timedelta(days=i)).isoformat() for i in range(n)]
 
 
-def file_kind(path: str | Path) -> str | None:
-    """``"labels"``, ``"logs"``, ``"events"`` or None (not ours: ignored)."""
+def file_kind(path: str | Path, declared: str | None = None) -> str | None:
+    """``"labels"``, ``"logs"``, ``"events"``, ``"tables"``, ``"texts"`` or None (not ours:
+    ignored). ``declared``: the source's kind in the catalogue; a tables source takes its
+    ``.csv`` / ``.tsv`` / ``.parquet`` files as tables, a texts source its text and JSON Lines
+    files as texts."""
     name = Path(path).name.lower()
     if name.startswith(".") or name.startswith("_"):
         return None  # hidden files and markers (e.g. _SUCCESS) are not data
     if "labels" in name and name.endswith(".csv"):
         return "labels"
+    if declared == "tables":
+        return "tables" if name.endswith(TABLE_SUFFIXES) else None
+    if declared == "texts":
+        return "texts" if name.endswith(LOG_SUFFIXES + EVENT_SUFFIXES) else None
     if name.endswith(LOG_SUFFIXES):
         return "logs"
     if name.endswith(EVENT_SUFFIXES):
@@ -162,22 +176,25 @@ def file_kind(path: str | Path) -> str | None:
     return None
 
 
-def find_interval_files(landing: str | Path, days: list[str]) -> list[dict]:
+def find_interval_files(landing: str | Path, days: list[str], catalog=None) -> list[dict]:
     """``{"path", "source", "date", "kind"}`` of every data file of the days, sorted by source,
-    date and name; files of unknown types are logged and left alone."""
+    date and name; files of unknown types are logged and left alone. A source the catalogue
+    declares as tables or texts gets its files read as such (:func:`file_kind`)."""
     landing = Path(landing)
     found = []
     if not landing.is_dir():
         raise FileNotFoundError(f"landing directory {landing} does not exist")
+    sources = load_catalog(catalog).sources
     for source_dir in sorted(p for p in landing.iterdir() if p.is_dir()):
+        declared = sources[source_dir.name].kind if source_dir.name in sources else None
         for day in days:
             day_dir = source_dir / day
             if not day_dir.is_dir():
                 continue
             for path in sorted(p for p in day_dir.iterdir() if p.is_file()):
-                kind = file_kind(path)
+                kind = file_kind(path, declared)
                 if kind is None:
-                    log.warning("landing: ignoring %s (not a log, events or labels file)", path)
+                    log.warning("landing: ignoring %s (not a log, events, table, text or labels file)", path)
                     continue
                 found.append({"path": str(path), "source": source_dir.name, "date": day, "kind": kind})
     return found

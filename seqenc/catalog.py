@@ -5,7 +5,7 @@ environment variable ``SEQENC_CATALOG``, else the shipped ``default_catalog.toml
 demo's sources and tasks)::
 
     [sources.payments]                  # a name of [A-Za-z0-9_.-]: it becomes a partition folder
-    kind = "events"                     # "logs" | "events"
+    kind = "events"                     # "logs" | "events" | "tables" | "texts"
     path = "landing/payments/*.jsonl"   # file or glob of raw files (relative: to the catalogue's folder)
     session_field = "order.id"          # events: the field that groups events into sequences
     ts_field = "at"                     # events: the time field
@@ -89,7 +89,7 @@ class _Strict(BaseModel):
 class Source(_Strict):
     """``[sources.<name>]``: where raw data comes from and how it becomes sequences."""
 
-    kind: Literal["logs", "events"]
+    kind: Literal["logs", "events", "tables", "texts"]
     path: str | None = None  # file, glob or folder of raw files (the landing DAG watches <landing>/<name>/)
     # logs: a parsers.presets name or a name in `formats` (a JSON of user formats)
     preset: str | None = None
@@ -104,6 +104,15 @@ class Source(_Strict):
     # events: the field (dotted for nested objects) whose value is the sequence id, and the time field
     session_field: str | None = None
     ts_field: str | None = None
+    # tables (parsers.tables): a table file is one sequence, its rows the objects, its columns the
+    # keys; the delimiter is sniffed from the first lines unless given (TabFact: "#")
+    delimiter: str | None = Field(default=None, min_length=1, max_length=1)
+    # texts (parsers.tables): the record field holding the text, its id field (default: file:line),
+    # how the text is cut into objects, and a field holding the record's label (kept out of the objects)
+    text_field: str | None = None
+    id_field: str | None = None
+    text_units: Literal["none", "sentences", "lines"] | None = None
+    label_field: str | None = None
     labels: str | None = None  # a labels CSV with a header row
     label_id_column: str | None = None
     label_column: str | None = None
@@ -120,7 +129,25 @@ class Source(_Strict):
                              "session_field and ts_field")
         if self.window is None and self.step is not None:
             raise ValueError("step needs window")
+        if self.kind in ("tables", "texts") and (self.preset or self.formats or self.auto_header or self.session_id
+                                                  or self.window or self.session_field or self.ts_field):
+            raise ValueError(f"preset, formats, auto_header, session_id, window, session_field and ts_field are "
+                             f"for logs and events; a {self.kind} source has none")
+        if self.delimiter is not None and self.kind != "tables":
+            raise ValueError("delimiter is for tables")
+        if self.kind != "texts" and any((self.text_field, self.id_field, self.text_units, self.label_field)):
+            raise ValueError("text_field, id_field, text_units and label_field are for texts")
         return self
+
+    def table_options(self) -> dict:
+        """Keyword arguments of parsers.tables.ingest_table."""
+        return {"delimiter": self.delimiter, "max_reject_share": self.max_reject_share}
+
+    def text_options(self) -> dict:
+        """Keyword arguments of parsers.tables.ingest_text."""
+        return {"text_field": self.text_field or "text", "id_field": self.id_field,
+                "units": self.text_units or "none", "label_field": self.label_field,
+                "max_reject_share": self.max_reject_share}
 
     def event_options(self) -> dict:
         """Keyword arguments of parsers.events.ingest_events."""

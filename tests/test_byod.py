@@ -6,6 +6,7 @@ in the user's own format); and the catalogue's validation messages."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -81,6 +82,8 @@ def test_train_score_evaluate_a_declared_task(byod, capsys, task):
     else:  # binary and anomaly tasks report the test split's f1, precision, recall
         assert {"f1", "precision", "recall"} <= set(test)
     model, source = work / "models" / task / "bundle", load_catalog(catalog).task(task).source
+    # the saved model is a version that is never rewritten; "bundle" names the newest
+    assert model.is_symlink() and model.resolve() == Path(result["model_dir"]).resolve()
     assert main(["score", "--model", str(model), "--input", str(work / "data"), "--out", str(work / "pred" / task),
                  "--no-progress"]) == 0
     scored = pl.concat([pl.read_parquet(p) for p in sorted((work / "pred" / task).glob("date=*/part-0.parquet"))])
@@ -119,7 +122,7 @@ def test_an_unlabelled_anomaly_task_finds_the_breaches(byod, capsys):
 
 
 CASES = {
-    "kind": ('[sources.s]\nkind = "event"\n', "[sources.s] kind: 'event' is not allowed; allowed: 'logs' or 'events'"),
+    "kind": ('[sources.s]\nkind = "event"\n', "[sources.s] kind: 'event' is not allowed; allowed: 'logs', 'events', 'tables' or 'texts'"),
     "field": ('[sources.s]\nkind = "events"\nsesion_field = "x"\n', "unknown field 'sesion_field'; allowed fields:"),
     "source": ('[sources.s]\nkind = "events"\n[tasks.t]\nsource = "nope"\nkind = "anomaly"\n',
                "[tasks.t] source: 'nope' is not a declared source; declared: s"),

@@ -3,6 +3,8 @@
     seqenc demo --out DIR          the main job on the built-in data (generate, ingest, train, score)
     seqenc ingest logs FILE ...    raw logs -> Drain3 -> Parquet key-value objects (--labels CSV, --workers N)
     seqenc ingest events FILE ...  JSON Lines events -> Parquet key-value objects (--labels CSV)
+    seqenc ingest table FILE ...   tables (CSV / TSV / #-separated / Parquet): rows = objects, columns = keys
+    seqenc ingest text FILE ...    texts (JSON Lines records or plain text) -> objects, one per text unit
     seqenc profile --root ROOT --source S   per key: distinct values, share, unique per object; a starter task
     seqenc tasks [--catalog FILE]  the declared tasks, with ingested / labelled sequences per class
     seqenc train --workdir DIR --task T [--catalog FILE] [--mode M]   one training job (--resume JOB)
@@ -28,8 +30,8 @@ import logging
 import sys
 from pathlib import Path
 
-from training.cli_args import config_arg
-from training.cli_ingest import cmd_ingest_events, cmd_ingest_logs
+from training.cli_args import config_arg, positive_int
+from training.cli_ingest import add_ingest_parser
 
 
 def _print_summary(summary: dict) -> None:
@@ -209,12 +211,6 @@ def cmd_score(args) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return int(text)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from seqenc.config import TRAINING_MODES, TRAINING_PRESETS
     from training.cli_bench import add_bench_parser
@@ -238,60 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--no-progress", action="store_true", help="hide progress bars")
     demo.set_defaults(func=cmd_demo)
 
-    ingest = sub.add_parser("ingest", help="turn raw logs or JSON events into Parquet key-value objects",
-                            description="A source declared in the catalogue (--catalog, $SEQENC_CATALOG) is "
-                            "ingested with its declared options; options given here win.")
-    isub = ingest.add_subparsers(dest="kind", required=True)
-    logs = isub.add_parser("logs", help="raw log file -> Drain3 templates and named parameters")
-    logs.add_argument("file", nargs="*", metavar="FILE",
-                      help="raw log file(s) (default: the files of the source's catalogue path)")
-    logs.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
-    logs.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
-    logs.add_argument("--preset", default=None,
-                      help="log format: hdfs, hadoop, spark, zookeeper, bgl, hpc, linux, syslog, thunderbird, "
-                           "openstack, apache, or a name from --formats (default: the catalogue's, else the "
-                           "preset named like the source)")
-    logs.add_argument("--formats", default=None, metavar="JSON",
-                      help="user log formats (see parsers/presets.py: load_formats); one named like the source is "
-                           "used when no --preset is given")
-    logs.add_argument("--auto-header", action="store_true", default=None,
-                      help="a source with neither preset nor format: detect the header from the file's first "
-                           "lines (seqenc logformat suggest shows what it finds)")
-    logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
-    logs.add_argument("--session-id", default=None, metavar="REGEX",
-                      help="group lines by the ids this regex finds in the content (default: the format's)")
-    logs.add_argument("--session-field", default=None, metavar="FIELD",
-                      help="with --window: group by this header field (e.g. Node) and time window")
-    logs.add_argument("--window", type=float, default=None, metavar="SECONDS", help="time-window length")
-    logs.add_argument("--step", type=float, default=None, metavar="SECONDS",
-                      help="window start every STEP seconds (< window: sliding; default: fixed windows)")
-    logs.add_argument("--workers", type=_positive_int, default=1, metavar="N",
-                      help="with several files: N processes mine and write them in parallel, one serial merge of "
-                           "their templates in between (same templates and grouping as one file after the other)")
-    events = isub.add_parser("events", help="JSON Lines events (optionally .gz) -> flattened dotted keys")
-    events.add_argument("file", nargs="?", help="JSON Lines file (.jsonl, .json, .ndjson, optionally .gz; default: "
-                        "the files of the source's catalogue path)")
-    events.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
-    events.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
-    events.add_argument("--session-field", default=None, metavar="FIELD",
-                        help="field whose value is the sequence id, dotted for nested objects (default: the "
-                        "catalogue's, else session_id)")
-    events.add_argument("--ts-field", default=None, metavar="FIELD",
-                        help="time field (default: the catalogue's, else ts)")
-    events.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
-    for p in (logs, events):
-        p.add_argument("--catalog", default=None, metavar="TOML",
-                       help="catalogue declaring the source (default: $SEQENC_CATALOG, else the built-in one)")
-        p.add_argument("--max-reject-share", type=float, default=None, metavar="SHARE",
-                       help="exit with code 3 when more than this share of lines is rejected (default: the "
-                            "catalogue's, else 0.1); outputs and rejects are written either way")
-        p.add_argument("--labels", default=None, metavar="CSV", help="labels CSV (with a header row) of the sequences")
-        p.add_argument("--label-id-column", default=None, metavar="COL",
-                       help="the labels' sequence id column (default: the catalogue's, else the first)")
-        p.add_argument("--label-column", default=None, metavar="COL",
-                       help="the labels' label column (default: the catalogue's, else the second)")
-    logs.set_defaults(func=cmd_ingest_logs)
-    events.set_defaults(func=cmd_ingest_events)
+    add_ingest_parser(sub)
 
     profile = sub.add_parser("profile", help="per key of an ingested source: distinct values, share, unique per "
                              "object, numeric; and a starter task for the catalogue")
@@ -388,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "MLFLOW_TRACKING_URI wins when set")
     score.add_argument("--device", default="auto", metavar="DEVICE",
                        help="where the model scores: auto (default: CUDA when present, else CPU), cpu, cuda, cuda:1, mps")
-    score.add_argument("--chunk-sequences", type=_positive_int, default=2000, metavar="N",
+    score.add_argument("--chunk-sequences", type=positive_int, default=2000, metavar="N",
                        help="sequences scored at a time (memory follows it, not the day's size; default 2000)")
     score.add_argument("--no-progress", action="store_true")
     score.set_defaults(func=cmd_score)

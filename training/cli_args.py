@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -18,3 +19,10 @@ def config_arg(text: str | None) -> dict:
     if not isinstance(config, dict):
         raise SystemExit(f"--config: expected a JSON object, got {type(config).__name__}")
     return config
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)

@@ -1,4 +1,4 @@
-"""``seqenc ingest logs`` and ``seqenc ingest events``: raw files of a source -> Parquet objects.
+"""``seqenc ingest logs | events | table | text``: raw files of a source -> Parquet objects.
 
 A source declared in the catalogue is ingested with its declared options, options given on the
 command line on top (parsers.landing.source_spec / ingest_path: the same path as the landing
@@ -36,7 +36,9 @@ def _source_spec(args, kind: str):
         raise ValueError(f"source {args.source!r} is declared as {spec.kind} in the catalogue; use "
                          f"seqenc ingest {spec.kind}")
     given = {name: getattr(args, name) for name in ("preset", "formats", "auto_header", "session_field", "ts_field",
-                                                    "label_id_column", "label_column", "max_reject_share")
+                                                    "label_id_column", "label_column", "max_reject_share",
+                                                    "delimiter", "text_field", "id_field", "text_units",
+                                                    "label_field")
              if getattr(args, name, None) is not None}
     if getattr(args, "session_id", None):
         given["session_id"] = args.session_id
@@ -102,3 +104,94 @@ def cmd_ingest_logs(args) -> int:
 
 def cmd_ingest_events(args) -> int:
     return _ingest(args, "events")
+
+
+def cmd_ingest_table(args) -> int:
+    return _ingest(args, "tables")
+
+
+def cmd_ingest_text(args) -> int:
+    return _ingest(args, "texts")
+
+
+def add_ingest_parser(sub) -> None:
+    """``seqenc ingest logs | events | table | text``, added to the CLI's sub-parsers."""
+    from training.cli_args import positive_int
+
+    ingest = sub.add_parser("ingest", help="turn raw logs, JSON events, tables or texts into Parquet key-value objects",
+                            description="A source declared in the catalogue (--catalog, $SEQENC_CATALOG) is "
+                            "ingested with its declared options; options given here win.")
+    isub = ingest.add_subparsers(dest="kind", required=True)
+    logs = isub.add_parser("logs", help="raw log file -> Drain3 templates and named parameters")
+    logs.add_argument("file", nargs="*", metavar="FILE",
+                      help="raw log file(s) (default: the files of the source's catalogue path)")
+    logs.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
+    logs.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
+    logs.add_argument("--preset", default=None,
+                      help="log format: hdfs, hadoop, spark, zookeeper, bgl, hpc, linux, syslog, thunderbird, "
+                           "openstack, apache, or a name from --formats (default: the catalogue's, else the "
+                           "preset named like the source)")
+    logs.add_argument("--formats", default=None, metavar="JSON",
+                      help="user log formats (see parsers/presets.py: load_formats); one named like the source is "
+                           "used when no --preset is given")
+    logs.add_argument("--auto-header", action="store_true", default=None,
+                      help="a source with neither preset nor format: detect the header from the file's first "
+                           "lines (seqenc logformat suggest shows what it finds)")
+    logs.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
+    logs.add_argument("--session-id", default=None, metavar="REGEX",
+                      help="group lines by the ids this regex finds in the content (default: the format's)")
+    logs.add_argument("--session-field", default=None, metavar="FIELD",
+                      help="with --window: group by this header field (e.g. Node) and time window")
+    logs.add_argument("--window", type=float, default=None, metavar="SECONDS", help="time-window length")
+    logs.add_argument("--step", type=float, default=None, metavar="SECONDS",
+                      help="window start every STEP seconds (< window: sliding; default: fixed windows)")
+    logs.add_argument("--workers", type=positive_int, default=1, metavar="N",
+                      help="with several files: N processes mine and write them in parallel, one serial merge of "
+                           "their templates in between (same templates and grouping as one file after the other)")
+    events = isub.add_parser("events", help="JSON Lines events (optionally .gz) -> flattened dotted keys")
+    events.add_argument("file", nargs="?", help="JSON Lines file (.jsonl, .json, .ndjson, optionally .gz; default: "
+                        "the files of the source's catalogue path)")
+    events.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
+    events.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
+    events.add_argument("--session-field", default=None, metavar="FIELD",
+                        help="field whose value is the sequence id, dotted for nested objects (default: the "
+                        "catalogue's, else session_id)")
+    events.add_argument("--ts-field", default=None, metavar="FIELD",
+                        help="time field (default: the catalogue's, else ts)")
+    events.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
+    table = isub.add_parser("table", help="table file(s) -> one sequence each: rows are the objects, columns the "
+                            "keys, cells the values (parsers.tables)")
+    table.add_argument("file", nargs="*", metavar="FILE", help=".csv / .tsv (any delimiter, optionally .gz) or "
+                       ".parquet tables, header row first (default: the files of the source's catalogue path)")
+    table.add_argument("--delimiter", default=None, metavar="CHAR",
+                       help="cell delimiter (default: the catalogue's, else sniffed from the first lines; TabFact: #)")
+    text = isub.add_parser("text", help="text file(s) -> one sequence per text, one object per unit (parsers.tables)")
+    text.add_argument("file", nargs="*", metavar="FILE", help="JSON Lines records (.jsonl, .json, .ndjson) or plain "
+                      "text (.txt: the whole file one text), optionally .gz")
+    text.add_argument("--text-field", default=None, metavar="FIELD", help="the record field holding the text "
+                      "(default: the catalogue's, else text)")
+    text.add_argument("--id-field", default=None, metavar="FIELD",
+                      help="the record field naming the text (default: FILE:LINE)")
+    text.add_argument("--units", dest="text_units", default=None, choices=("none", "sentences", "lines"),
+                      help="cut each text into objects: whole (none, the default), by sentence or by line")
+    text.add_argument("--label-field", default=None, metavar="FIELD",
+                      help="the record field holding its label: written to the source's labels, not an object")
+    for p in (table, text):
+        p.add_argument("--root", required=True, help="data root (Parquet layout: docs/data-layout.md)")
+        p.add_argument("--source", required=True, help="source name (partition key; [A-Za-z0-9_.-])")
+        p.add_argument("--date", default=None, help="ingest date partition (YYYY-MM-DD, default today)")
+    for p in (logs, events, table, text):
+        p.add_argument("--catalog", default=None, metavar="TOML",
+                       help="catalogue declaring the source (default: $SEQENC_CATALOG, else the built-in one)")
+        p.add_argument("--max-reject-share", type=float, default=None, metavar="SHARE",
+                       help="exit with code 3 when more than this share of lines is rejected (default: the "
+                            "catalogue's, else 0.1); outputs and rejects are written either way")
+        p.add_argument("--labels", default=None, metavar="CSV", help="labels CSV (with a header row) of the sequences")
+        p.add_argument("--label-id-column", default=None, metavar="COL",
+                       help="the labels' sequence id column (default: the catalogue's, else the first)")
+        p.add_argument("--label-column", default=None, metavar="COL",
+                       help="the labels' label column (default: the catalogue's, else the second)")
+    logs.set_defaults(func=cmd_ingest_logs)
+    events.set_defaults(func=cmd_ingest_events)
+    table.set_defaults(func=cmd_ingest_table)
+    text.set_defaults(func=cmd_ingest_text)

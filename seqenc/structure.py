@@ -1,0 +1,207 @@
+"""Table structure inside attention: MATE's row and column heads, TableFormer's relation biases.
+
+A table-text input is one token sequence: the text (a statement, with [CLS] / [SEP]) followed by
+the flattened table, header row first. Every token carries (seqenc.table_inputs builds them):
+
+* ``segment`` [B, L]: ``TEXT`` (0), ``HEADER`` (1) or ``CELL`` (2);
+* ``row_ids`` [B, L]: 0 for text and header tokens, 1.. for the data rows;
+* ``col_ids`` [B, L]: 0 for text, 1.. for the table's columns;
+* ``attention_mask`` [B, L] bool, True for real tokens (seqenc.attention's one mask convention).
+
+**MATE** (Eisenschlos et al., 2021, section 3). The first ``n_row_heads`` heads are row heads, the
+others column heads. The text is MATE's global part Q: a text token attends to every token and
+every token attends to the text; a table token of a row head attends to the table tokens of its
+row, of a column head to those of its column (the paper's A_ik). Two implementations that give
+the same output:
+
+* :func:`mate_mask`: the reference, an additive bias [B, h, L, L] for the ordinary attention
+  core (quadratic memory and time);
+* :func:`mate_attention`: the efficient one of the paper's Figure 2 and Appendix D. Per head
+  group, the tokens are sorted (text first, then table tokens by row -- or column -- id, padding
+  last); the first ``global_len`` sorted tokens form the global section, which attends to and
+  from everything; the rest is cut into buckets of ``radius`` tokens, and each bucket attends to
+  the global section and to itself and its two neighbour buckets (3 x radius keys), with the
+  row / column rule applied as a mask inside that window. Memory and time are linear in L for a
+  fixed radius. It equals :func:`mate_mask` when the global section holds all the text and a
+  row / column has at most ``radius`` tokens (then all of it lies within neighbouring buckets);
+  tests/test_structure.py checks this on random tables. Choices where the paper is vague: the
+  rule is also applied inside the global section (a table token that lands there because the
+  text is shorter than ``global_len`` still attends only to the text and its own row / column),
+  so the two agree for any ``global_len`` at least the text's length; padding queries attend like
+  text tokens (their output is never read).
+
+**TableFormer** (Yang et al., 2022, section 3). No row / column embeddings and per-cell positions
+(seqenc.table_inputs); structure enters only as one learnable scalar per head and relation,
+added to the scaled scores (the paper's Eq. 3: after the scaling). :func:`table_relations` gives
+the 13 relations of the paper's list: ``others`` (0) and the 12 named ones below. Where several
+apply, the most specific wins (a token pair in one cell is ``same cell``, not ``same row``);
+[CLS] / [SEP] count as sentence tokens; the biases start at zero (the paper's init).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+TEXT, HEADER, CELL = 0, 1, 2
+
+# TableFormer's relations (the paper's list; 0 = "others")
+RELATIONS = ("others", "same row", "same column", "same cell", "cell to column header", "cell to sentence",
+             "header to column cell", "header to other header", "header to same header", "header to sentence",
+             "sentence to cell", "sentence to header", "sentence to sentence")
+(OTHERS, SAME_ROW, SAME_COLUMN, SAME_CELL, CELL_TO_HEADER, CELL_TO_SENTENCE, HEADER_TO_CELL, HEADER_TO_OTHER_HEADER,
+ HEADER_TO_SAME_HEADER, HEADER_TO_SENTENCE, SENTENCE_TO_CELL, SENTENCE_TO_HEADER, SENTENCE_TO_SENTENCE) = range(13)
+
+
+def _neg(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).min
+
+
+# --- MATE ------------------------------------------------------------------------------------
+def mate_allowed(ids: torch.Tensor, segment: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L, L] bool: may query i attend to key j under one view (``ids``: row or column ids).
+    A text (or padding) query attends to every real key; any query to the text; a table token
+    to the table tokens that share its id."""
+    text_q = (segment == TEXT) | ~attention_mask  # [B, L]
+    text_k = segment == TEXT
+    same = ids[:, :, None] == ids[:, None, :]  # [B, L, L]
+    return attention_mask[:, None, :] & (text_q[:, :, None] | text_k[:, None, :] | same)
+
+
+def mate_mask(row_ids, col_ids, segment, attention_mask, n_heads: int, n_row_heads: int,
+              dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """MATE as an additive bias [B, h, L, L] (0 where attention is allowed, a large negative
+    elsewhere): heads [0, n_row_heads) see rows, the others columns."""
+    rows = mate_allowed(row_ids, segment, attention_mask)
+    cols = mate_allowed(col_ids, segment, attention_mask)
+    allowed = torch.cat([rows[:, None].expand(-1, n_row_heads, -1, -1),
+                         cols[:, None].expand(-1, n_heads - n_row_heads, -1, -1)], dim=1)
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, _neg(dtype))
+
+
+def _sort_order(ids: torch.Tensor, segment: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] the token order of one view: text first, then table tokens by id, padding last;
+    ties keep the input order."""
+    L = ids.size(1)
+    group = torch.where(segment == TEXT, torch.zeros_like(ids), ids + 1)
+    group = torch.where(attention_mask, group, torch.full_like(ids, 2**40 // max(L, 1)))
+    return torch.argsort(group * L + torch.arange(L, device=ids.device), dim=1)
+
+
+def _bucketed(q, k, v, ids, segment, attention_mask, global_len: int, radius: int, dropout_p: float,
+              training: bool) -> torch.Tensor:
+    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d]."""
+    B, h, L, d = q.shape
+    order = _sort_order(ids, segment, attention_mask)  # [B, L]
+    gather = order[:, None, :, None].expand(-1, h, -1, d)
+    q, k, v = (t.gather(2, gather) for t in (q, k, v))
+    ids, real = ids.gather(1, order), attention_mask.gather(1, order)
+    text_q = segment.gather(1, order).eq(TEXT) | ~real  # a padding query attends like text
+    text_k = segment.gather(1, order).eq(TEXT)
+    neg, scale = _neg(q.dtype), 1.0 / math.sqrt(d)
+    G = min(global_len, L)
+
+    def allowed(qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:  # index tensors of positions
+        return (real.gather(1, ki.flatten(1)).view_as(ki)[..., None, :].expand(*qi.shape, ki.shape[-1])
+                & (text_q.gather(1, qi.flatten(1)).view_as(qi)[..., :, None]
+                   | text_k.gather(1, ki.flatten(1)).view_as(ki)[..., None, :]
+                   | (ids.gather(1, qi.flatten(1)).view_as(qi)[..., :, None]
+                      == ids.gather(1, ki.flatten(1)).view_as(ki)[..., None, :])))
+
+    pos = torch.arange(L, device=q.device).expand(B, L)
+    # the global section attends to everything: [B, h, G, L]
+    scores = (q[:, :, :G] @ k.transpose(-2, -1)) * scale
+    scores = scores.masked_fill(~allowed(pos[:, :G], pos)[:, None], neg)
+    out_global = F.dropout(scores.softmax(-1), dropout_p, training) @ v  # [B, h, G, d]
+    if G == L:
+        return _unsort(out_global, order)
+
+    # the long part in buckets of `radius`; one empty bucket of padding on either side
+    n = -(-(L - G) // radius)
+    extra = n * radius - (L - G)
+    lp = torch.cat([pos[:, G:], torch.full((B, extra), -1, device=q.device, dtype=pos.dtype)], 1)  # -1: filler
+    lq = torch.cat([q[:, :, G:], q.new_zeros(B, h, extra, d)], 2).view(B, h, n, radius, d)
+    lk = torch.cat([k.new_zeros(B, h, radius, d), k[:, :, G:], k.new_zeros(B, h, extra + radius, d)], 2)
+    lv = torch.cat([v.new_zeros(B, h, radius, d), v[:, :, G:], v.new_zeros(B, h, extra + radius, d)], 2)
+    lkp = torch.cat([torch.full((B, radius), -1, device=q.device, dtype=pos.dtype), lp,
+                     torch.full((B, radius), -1, device=q.device, dtype=pos.dtype)], 1)
+    # windows: bucket b sees buckets b-1, b, b+1 -> [B, h, n, 3R, d]
+    win = torch.arange(n, device=q.device)[:, None] * radius + torch.arange(3 * radius, device=q.device)  # [n, 3R]
+    wk, wv = lk[:, :, win], lv[:, :, win]
+    wpos = lkp[:, win]  # [B, n, 3R]
+    qpos = lp.view(B, n, radius)
+    to_global = torch.einsum("bhnrd,bhgd->bhnrg", lq, k[:, :, :G]) * scale
+    to_window = torch.einsum("bhnrd,bhnwd->bhnrw", lq, wk) * scale
+    g_ok = allowed(qpos.clamp(min=0), pos[:, None, :G].expand(B, n, G))  # [B, n, R, G]
+    w_ok = allowed(qpos.clamp(min=0), wpos.clamp(min=0)) & (wpos >= 0)[:, :, None, :]  # [B, n, R, 3R]
+    to_global = to_global.masked_fill(~g_ok[:, None], neg)
+    to_window = to_window.masked_fill(~w_ok[:, None], neg)
+    probs = F.dropout(torch.cat([to_global, to_window], -1).softmax(-1), dropout_p, training)
+    out_long = (torch.einsum("bhnrg,bhgd->bhnrd", probs[..., :G], v[:, :, :G])
+                + torch.einsum("bhnrw,bhnwd->bhnrd", probs[..., G:], wv))
+    out_long = out_long.reshape(B, h, n * radius, d)[:, :, :L - G]
+    return _unsort(torch.cat([out_global, out_long], 2), order)
+
+
+def _unsort(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """Put sorted outputs [B, h, L, d] back in input order."""
+    out = torch.empty_like(x)
+    out.scatter_(2, order[:, None, :, None].expand(-1, x.size(1), -1, x.size(3)), x)
+    return out
+
+
+def mate_attention(q, k, v, row_ids, col_ids, segment, attention_mask, n_row_heads: int, global_len: int,
+                   radius: int, dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
+    """MATE's efficient attention (module docstring): q, k, v [B, h, L, d] -> [B, h, L, d]; heads
+    [0, n_row_heads) sorted by row, the others by column."""
+    parts = []
+    if n_row_heads:
+        parts.append(_bucketed(q[:, :n_row_heads], k[:, :n_row_heads], v[:, :n_row_heads], row_ids, segment,
+                               attention_mask, global_len, radius, dropout_p, training))
+    if n_row_heads < q.size(1):
+        parts.append(_bucketed(q[:, n_row_heads:], k[:, n_row_heads:], v[:, n_row_heads:], col_ids, segment,
+                               attention_mask, global_len, radius, dropout_p, training))
+    return torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+
+
+# --- TableFormer ------------------------------------------------------------------------------
+def table_relations(row_ids, col_ids, segment) -> torch.Tensor:
+    """[B, L, L] long: the TableFormer relation (RELATIONS index) of query i to key j."""
+    si, sj = segment[:, :, None], segment[:, None, :]
+    same_row = row_ids[:, :, None] == row_ids[:, None, :]
+    same_col = col_ids[:, :, None] == col_ids[:, None, :]
+    rel = torch.full(same_row.shape, OTHERS, dtype=torch.long, device=segment.device)
+    rules = [  # (condition, relation): later rules are more specific and win
+        ((si == TEXT) & (sj == TEXT), SENTENCE_TO_SENTENCE),
+        ((si == TEXT) & (sj == HEADER), SENTENCE_TO_HEADER),
+        ((si == TEXT) & (sj == CELL), SENTENCE_TO_CELL),
+        ((si == HEADER) & (sj == TEXT), HEADER_TO_SENTENCE),
+        ((si == CELL) & (sj == TEXT), CELL_TO_SENTENCE),
+        ((si == HEADER) & (sj == HEADER), HEADER_TO_OTHER_HEADER),
+        ((si == HEADER) & (sj == HEADER) & same_col, HEADER_TO_SAME_HEADER),
+        ((si == HEADER) & (sj == CELL) & same_col, HEADER_TO_CELL),
+        ((si == CELL) & (sj == HEADER) & same_col, CELL_TO_HEADER),
+        ((si == CELL) & (sj == CELL) & same_row, SAME_ROW),
+        ((si == CELL) & (sj == CELL) & same_col, SAME_COLUMN),
+        ((si == CELL) & (sj == CELL) & same_row & same_col, SAME_CELL),
+    ]
+    for condition, relation in rules:
+        rel = rel.masked_fill(condition, relation)
+    return rel
+
+
+class TableFormerBias(nn.Module):
+    """One learnable scalar per head and relation, zero at init: relations [B, L, L] (and the
+    key padding) -> additive bias [B, h, L, L]."""
+
+    def __init__(self, n_heads: int):
+        super().__init__()
+        self.scalars = nn.Embedding(len(RELATIONS), n_heads)
+        nn.init.zeros_(self.scalars.weight)
+
+    def forward(self, relations: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        bias = self.scalars(relations).permute(0, 3, 1, 2)  # [B, h, L, L]
+        return bias.masked_fill(~attention_mask[:, None, None, :], _neg(bias.dtype))
