@@ -132,10 +132,15 @@ class SelfAttention(nn.Module):
         scale[:, : self.n_shared] = keep.to(dtype) / (1.0 - self.drophead)
         return scale[:, :, None, None]
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        # x: [B, L, d_model]; bias: [B, 1, 1, L] additive or None
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, attend: Callable | None = None) -> torch.Tensor:
+        # x: [B, L, d_model]; bias: additive, [B, 1|h, 1|L, L], or None. ``attend(q, k, v,
+        # dropout_p, training)`` replaces the core and the bias (MATE's bucketed attention,
+        # seqenc.structure.mate_attention, which never builds an L x L matrix).
         q, k, v = (self._project(x, name) for name in ("query", "key", "value"))
-        heads = self.core(q, k, v, bias, self.attn_dropout, self.training)  # [B, h, L, d_head]
+        if attend is not None:
+            heads = attend(q, k, v, self.attn_dropout, self.training)
+        else:
+            heads = self.core(q, k, v, bias, self.attn_dropout, self.training)  # [B, h, L, d_head]
         scale = self.drophead_scale(x.size(0), x.device, heads.dtype)
         if scale is not None:
             heads = heads * scale

@@ -29,7 +29,6 @@ one of these), as named by its ``architecture.json``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +39,13 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from seqenc.config import TVMKAConfig
+from seqenc.config import TVMKAConfig, plain_config
 from seqenc.heads import make_head
 from seqenc.inference import pad_batch, to_model
 from seqenc.links import link_flags, long_repeat_flags
 from seqenc.model import TVMKA, Embeddings, Encoder, SaveLoadMixin, init_weights, pool_windows, read_architecture
 from seqenc.sequences import TokenizedSequences
+from seqenc.table_model import TableTextEncoder
 from seqenc.tokenizer import ValueTokenizer
 
 log = logging.getLogger(__name__)
@@ -54,11 +54,6 @@ KEY_TYPE, VALUE_TYPE = 0, 1
 
 # record view: tokens kept per object (an HDFS line is ~20 tokens of keys and values)
 RECORD_OBJECT_TOKENS = 64
-
-
-def plain_config(config: TVMKAConfig) -> TVMKAConfig:
-    """The same architecture with every head private and no DropHead (one network alone)."""
-    return dataclasses.replace(config, n_shared_heads=0, drophead=0.0)
 
 
 joint_config = plain_config  # the paper's joint model: two BERT stacks, no head sharing
@@ -308,7 +303,7 @@ class JointTVMKA(TVMKA):
 
 # --- any model: inference and loading -----------------------------------------------------------
 
-END_TO_END_MODELS = (JointTVMKA, FlattenedEncoder, RecordViewEncoder)
+END_TO_END_MODELS = (JointTVMKA, FlattenedEncoder, RecordViewEncoder, TableTextEncoder)
 # every model class a saved directory may hold, by the name its architecture.json gives
 MODEL_CLASSES = {cls.__name__: cls for cls in (TVMKA, *END_TO_END_MODELS)}
 

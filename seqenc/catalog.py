@@ -55,7 +55,7 @@ from seqenc.config import TRAINING_MODES
 DEFAULT_CATALOG = Path(__file__).with_name("default_catalog.toml")
 ENV_VAR = "SEQENC_CATALOG"
 TASK_KINDS = ("binary", "multiclass", "next_item", "anomaly")
-SPLITS = ("stratified", "fixed", "time")
+SPLITS = ("stratified", "fixed", "time", "grouped")
 SIZES = ("demo", "tiny")
 THRESHOLD_POLICIES = ("best_f1", "contamination", "quantile")
 # the demo's data generators (training.pipeline.stage_generate), by what they write
@@ -203,6 +203,13 @@ class Task(_Strict):
     # at most this many sequences read for training (a stable sample: the smallest hashes of the
     # ids), so memory is bounded however many days the window holds; None: every sequence
     max_sequences: int | None = Field(default=None, ge=1)
+    # tables (training.table_task): the examples are the source's texts, each joined to the table
+    # of `table_source` whose id its `table_key` holds (TabFact: statements and their tables)
+    table_source: str | None = None
+    table_key: str = "table"
+    # split = "grouped": sequences with the same value of this key stay in one split (default for
+    # a table task: its table_key, so no test table is seen in training)
+    group_key: str | None = None
 
     @model_validator(mode="after")
     def _by_kind(self) -> Task:
@@ -228,6 +235,8 @@ class Task(_Strict):
             raise ValueError("train_on is for anomaly tasks")
         if self.kind == "anomaly" and self.train_on == "normal" and not self.positive:
             raise ValueError('train_on = "normal" needs positive = the anomalous label (the rest is normal)')
+        if self.split == "grouped" and not (self.group_key or self.table_source):
+            raise ValueError('split = "grouped" needs group_key (or a table task: table_source)')
         policy = self.threshold.policy if self.threshold else None
         if policy and (self.kind in ("multiclass", "next_item") or (self.kind == "binary" and policy != "best_f1")
                        or (self.kind == "anomaly" and policy == "best_f1")):
@@ -244,6 +253,11 @@ class Task(_Strict):
     def model_task(self) -> str:
         """TVMKAConfig.task of the model: an anomaly task's model scores normal / anomalous."""
         return "binary" if self.kind == "anomaly" else self.kind
+
+    @property
+    def grouping_key(self) -> str | None:
+        """The key whose value groups sequences for the ``grouped`` split."""
+        return self.group_key or (self.table_key if self.table_source else None)
 
     def threshold_policy(self) -> dict:
         if self.threshold is not None:
@@ -294,6 +308,11 @@ class Catalog(_Strict):
             if task.source not in self.sources:
                 raise ValueError(f"[tasks.{name}] source: {task.source!r} is not a declared source; declared: "
                                  f"{', '.join(sorted(self.sources)) or 'none'}")
+            if task.table_source is not None:
+                kind = self.sources[task.table_source].kind if task.table_source in self.sources else None
+                if kind != "tables":
+                    raise ValueError(f"[tasks.{name}] table_source: {task.table_source!r} is not a declared tables "
+                                     "source; declare it with kind = \"tables\"")
         return self
 
     def task(self, name: str) -> Task:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 TASKS = ("binary", "multiclass", "next_item")
 # how a model is trained (training.trainer): Algorithm 1, its ablations and the paper's baselines
-TRAINING_MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view")
+TRAINING_MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view", "table")
 # named overrides of a size's settings ({"model": ..., "train": ...}; ``seqenc train --preset``): the
 # sizes default to the measured best, "paper" restores the TVM-KA paper's 2 TVM : 1 KA steps
 TRAINING_PRESETS = {"paper": {"train": {"tvm_ka_ratio": 2.0}}}
 TVM_POSITIONS = ("sequence", "within_value")
+TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer")  # seqenc.table_model
 # model settings a task kind gets unless its config says otherwise (the measured best, docs/training.md;
 # the paper's plain next-item head is ``{"item_history": false}``, its S(k) ``{"value_end": false}``)
 TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True}}
@@ -128,6 +129,21 @@ class TVMKAConfig:
     # TASK_MODEL_DEFAULTS, the measured best.
     item_history: bool = False
 
+    # --- table-text encoders (seqenc.table_model, training mode "table") ----------------------
+    # how attention sees a table (seqenc.structure): "dense" (all pairs; row and column
+    # embeddings, TAPAS-style), "mate_mask" / "mate" (MATE's row and column heads: the reference
+    # mask / the efficient bucketed attention), "tableformer" (13 relation biases per head, no
+    # row or column embeddings: invariant to row and column order)
+    table_attention: str = "dense"
+    max_rows: int = 256  # data rows kept (and row embeddings); seqenc.table_inputs
+    max_columns: int = 64
+    max_cell_tokens: int = 16
+    max_text_tokens: int = 64
+    mate_row_heads: int | None = None  # MATE's row heads (the first ones); None: half the heads
+    mate_global: int = 66  # the efficient MATE's global section G: [CLS] + 64 text tokens + [SEP]
+    mate_radius: int = 64  # its bucket size R: exact while a row / column has at most R tokens
+    max_table_tokens: int = 512  # the whole text + table sequence (positions are per cell: max_positions)
+
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}")
@@ -151,6 +167,10 @@ class TVMKAConfig:
             raise ValueError("tvm_positions='within_value' needs val_sep_token_id (the tokenizer's [VAL_SEP] id)")
         if self.long_sequences not in ("window", "truncate"):
             raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
+        if self.table_attention not in TABLE_ATTENTIONS:
+            raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
+        if self.mate_row_heads is not None and not 0 <= self.mate_row_heads <= self.n_heads:
+            raise ValueError(f"mate_row_heads={self.mate_row_heads} must lie in [0, {self.n_heads}]")
 
     @property
     def init_std(self) -> float:
@@ -183,3 +203,9 @@ class TVMKAConfig:
     @classmethod
     def load(cls, path: str | Path) -> TVMKAConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+def plain_config(config: TVMKAConfig) -> TVMKAConfig:
+    """The same architecture with every head private and no DropHead (one network alone: the
+    end-to-end baselines, seqenc.baselines, and the table encoders, seqenc.table_model)."""
+    return dataclasses.replace(config, n_shared_heads=0, drophead=0.0)

@@ -101,8 +101,8 @@ class Layer(nn.Module):
         self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        x = self.attn_norm(x + self.dropout(self.attn(x, bias)))
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, attend=None) -> torch.Tensor:
+        x = self.attn_norm(x + self.dropout(self.attn(x, bias, attend)))
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
 
 

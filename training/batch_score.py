@@ -42,6 +42,7 @@ from training import tracking
 from training.buckets import hash_bucket, read_bucket, spill_buckets
 from training.registry import is_model_uri, resolve_model
 from training.scoring import load_bundle, score_objects
+from training.table_task import example_objects
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
             raise FileNotFoundError(f"no ingested objects of source {source!r} under {data_root}")
         results = []
         for day in dates:
-            objects = storage.scan_objects(data_root, source, day)
+            objects = example_objects(data_root, source, day, bundle.meta.get("table_source"),
+                                      bundle.meta.get("table_key") or "table")  # a table task: texts + tables
             predictions = _predictions(bundle, objects, resolved, progress, chunk_sequences)
             if predictions.is_empty():
                 log.warning("%s: no objects of source %s on %s", data_root, source, day)

@@ -263,7 +263,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mode", default=None, choices=list(TRAINING_MODES),
                        help="default: the task's, else interleaved (Algorithm 1); no_interleave: the TVM-once-then-KA "
                        "ablation; joint: TVM-KA end to end; baselines: one BERT over flattened objects / a "
-                       "record-view (Transformers4Rec-style) model")
+                       "record-view (Transformers4Rec-style) model; table: a table task's text + flattened table in one "
+                       "encoder, attention per --config model.table_attention (dense, mate, mate_mask, tableformer)")
     train.add_argument("--size", default=None, choices=["demo", "tiny"],
                        help="built-in model and step sizes (default: the task's, else demo)")
     train.add_argument("--config", default=None, metavar="JSON",

@@ -1,4 +1,4 @@
-"""End-to-end training of the comparison models: ``joint``, ``flattened``, ``record_view``.
+"""End-to-end training of the comparison models: ``joint``, ``flattened``, ``record_view``, ``table``.
 
 One network, one engine, task loss only; ``rounds`` chunks of task steps, each followed by a
 dev evaluation, then the final evaluation -- the same phases, checkpoints, resume and metric
@@ -11,6 +11,9 @@ names as the interleaved trainer (training.phased), so runs compare side by side
   random init or a pre-trained BERT checkpoint.
 * ``record_view``: Transformers4Rec-style object vectors and a BERT over the object sequence
   (seqenc.baselines.RecordViewEncoder).
+* ``table``: a table task's text + flattened table through one encoder whose attention sees the
+  table as the model config's ``table_attention`` says (seqenc.table_model: dense, MATE,
+  TableFormer).
 
 Choices: the baselines get no masked-LM pre-training of their own (the paper fine-tunes them
 on the task); by default they make as many updates as the interleaved run makes in all
@@ -37,6 +40,7 @@ from seqenc.config import TVMKAConfig
 from seqenc.inference import to_model
 from seqenc.pretrained import load_bert_encoder
 from seqenc.sequences import TokenizedSequences
+from seqenc.table_model import TableExamples, TableTextEncoder
 from seqenc.tokenizer import ValueTokenizer
 from training.data import class_weights
 from training.engines import make_engine, shard
@@ -108,6 +112,11 @@ def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, t
         model = JointTVMKA(plain)
         return model, lambda idx: model.batch_inputs(data, idx, tok)
     objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
+    if mode == "table":  # a table task's examples: text + flattened table (seqenc.table_model)
+        model = TableTextEncoder(plain)
+        tables = TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))),
+                                            list(data.sequence_ids))
+        return model, lambda idx: model.batch_inputs(tables, idx, tok)
     by_id = ObjectSequences.from_objects(objects, tok, exclude_keys)
     position = {s: i for i, s in enumerate(by_id.sequence_ids)}
     seqs = ObjectSequences(list(data.sequence_ids), [by_id.objects[position[s]] for s in data.sequence_ids])
@@ -119,4 +128,5 @@ def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, t
     if mode == "record_view":
         model = RecordViewEncoder(plain, "pool")
         return model, lambda idx: model.batch_inputs(seqs, idx, tok)
+
     raise ValueError(f"no comparison model for mode {mode!r}")

@@ -31,7 +31,7 @@ from sklearn.metrics import average_precision_score
 from parsers import storage
 from seqenc.catalog import Task, load_catalog
 from training.metrics import ranking_metrics, ranking_metrics_of_lists, task_metrics
-from training.task_data import read_task, task_objects
+from training.task_data import read_task, read_task_objects, task_objects
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def evaluate_task(workdir: str | Path, task_name: str, catalog=None, model: str 
                                     "give --date to evaluate on every labelled sequence of those days")
         ids = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("split") == split).select("sequence_id")
         chosen = chosen.join(ids, on="sequence_id", how="semi")
-    objects = storage.read_objects(workdir / "data", task.source, dates)
+    objects = read_task_objects(workdir / "data", task, dates)
     objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
     if objects.height == 0:
         where = " and ".join(w for w in (f"split {split}" if split else "",
@@ -125,7 +125,7 @@ def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -
         return None
     split = pl.read_parquet(seq_dir / "splits.parquet")
     dates = json.loads((seq_dir / "input.json").read_text())["ingest_dates"]
-    objects = task_objects(storage.read_objects(Path(workdir) / "data", task.source, dates), task)
+    objects = task_objects(read_task_objects(Path(workdir) / "data", task, dates), task)
     objects = objects.join(split.select("sequence_id"), on="sequence_id", how="semi").filter(~pl.col("key").is_in(task.exclude_keys))
     if task.event_key:
         counted = objects.filter(pl.col("key") == "event")

@@ -44,7 +44,7 @@ from training.metrics import ranking_metrics_of_lists
 from training.pipeline import sequences_dir, stage_sequences, stage_train
 from training.registry import CHAMPION, NoChampionError, resolve_model
 from training.scoring import Bundle, load_bundle, score_objects
-from training.task_data import read_task
+from training.task_data import read_task, read_task_objects
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def promote_if_better(workdir: str, trained: dict, min_delta: float = 0.0) -> di
     _, spec, classes = read_task(sequences_dir(night, task_name))
     splits = pl.read_parquet(sequences_dir(night, task_name) / "splits.parquet")
     dev = splits.filter((pl.col("split") == "dev") & pl.col("label").is_not_null()).select("sequence_id", "label")
-    objects = storage.read_objects(Path(workdir) / "data", spec.source, trained["dates"])
+    objects = read_task_objects(Path(workdir) / "data", spec, trained["dates"])
     objects = objects.join(dev.select("sequence_id"), on="sequence_id", how="semi")
     metric = PROMOTION_METRIC[spec.kind]
     try:

@@ -53,6 +53,7 @@ from training.task_data import (
     label_vector,
     read_item_history,
     read_task,
+    read_task_objects,
     sequence_objects,
     task_input,
     task_objects,
@@ -284,7 +285,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         trainer = UnlabelledTrainer(model, tok, data, y, splits, train_cfg, job, threshold=spec.threshold_policy(),
                                     **hooks)
     elif mode in END_TO_END:
-        objects = task_objects(sequence_objects(seq_dir, data_root, spec.source), spec)
+        objects = task_objects(sequence_objects(seq_dir, data_root, spec), spec)
         model, inputs = comparison_model(mode, model.config, data, tok, objects, tuple(spec.exclude_keys), pretrained)
         trainer = EndToEndTrainer(model, inputs, y, splits, train_cfg, job, spec.model_task, len(classes), **hooks)
     else:
@@ -313,6 +314,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         metadata = {"task_name": task_name, "task_kind": spec.kind, "source": spec.source,
                     "threshold": result["threshold"], "mode": shown_mode, "exclude_keys": list(spec.exclude_keys),
                     "keep_keys": spec.keep_keys, "event_key": spec.event_key, "item_key": spec.item_key,
+                    "table_source": spec.table_source, "table_key": spec.table_key,
                     "mlflow_run_id": run.info.run_id}
         if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way
             metadata["surprise"] = trainer.surprise.to_dict()
@@ -401,7 +403,7 @@ def stage_score(workdir: str, task_name: str, split: str = "test", progress: boo
     model_dir = Path(workdir) / "models" / task_name / "bundle"
     split_df = pl.read_parquet(sequences_dir(workdir, task_name) / "splits.parquet")
     chosen = split_df.filter(pl.col("split") == split)
-    objects = storage.read_objects(Path(workdir) / "data", spec.source, ingest_date)
+    objects = read_task_objects(Path(workdir) / "data", spec, ingest_date)
     objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
     bundle = load_bundle(model_dir)  # loaded once: scoring and the run id both read it
     predictions = score_objects(bundle, objects, progress=progress)

@@ -58,6 +58,7 @@ from seqenc.inference import model_device, predict_proba
 from seqenc.model import TVMKA, read_architecture
 from seqenc.sequences import collect_value_sequences, item_histories, tokenize_value_sequences, with_event_key
 from seqenc.surprise import SurpriseScorer, key_surprise
+from seqenc.table_model import TableExamples, TableTextEncoder
 from seqenc.tokenizer import ValueTokenizer
 from training.engines import training_device
 from training.metrics import predict
@@ -68,7 +69,7 @@ BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokeni
 # the model class each training mode saves (training.pipeline.stage_train)
 MODE_ARCHITECTURE = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA,
                      "flattened": FlattenedEncoder, "record_view": RecordViewEncoder,
-                     "unlabelled": TVMKA}  # training.unlabelled: the TVM's surprise alone
+                     "unlabelled": TVMKA, "table": TableTextEncoder}  # training.unlabelled: the TVM's surprise alone
 END_TO_END_BATCH = 32  # sequences per forward pass of an end-to-end model (its trainer evaluates 2 x 16)
 
 
@@ -130,6 +131,8 @@ def model_inputs(bundle: Bundle, objects: pl.DataFrame):
     exclude_keys = tuple(meta.get("exclude_keys", ()))
     if isinstance(model, FlattenedEncoder | RecordViewEncoder):
         return ObjectSequences.from_objects(objects, tok, exclude_keys)
+    if isinstance(model, TableTextEncoder):  # a table task's objects, joined as training joined them
+        return TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))))
     config = model.config
     value_seqs = collect_value_sequences(objects, exclude_keys)
     data = tokenize_value_sequences(value_seqs, tok, config.max_positions, config.long_sequences, config.max_windows)

@@ -114,7 +114,7 @@ def build_sequences(out: Path, task_name: str, task: Task, inp: TaskInput, split
             raise ValueError(f"task {task_name}: every key of source {task.source!r} is excluded (exclude_keys / "
                              "keep_keys); keep at least one")
         y = label_vector(sequence_ids, inp.labels, inp.classes, task)
-        split_of = assign_splits(sequence_ids, y, split, seed, task, inp.objects)
+        split_of = assign_splits(sequence_ids, y, split, seed, task, inp.objects, inp.groups)
         by_id = dict(zip(inp.labels["sequence_id"].to_list(), inp.labels["label"].cast(pl.String).to_list()))
         split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of,
                                  "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})

@@ -38,6 +38,7 @@ from seqenc.sequences import (
 )
 from seqenc.tokenizer import ValueTokenizer
 from training.data import fixed_split, split_indices
+from training.table_task import example_objects, groups_of, join_tables
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class TaskInput:
     sequence_ids: pl.Series
     labels: pl.DataFrame
     classes: list[str]
+    groups: pl.DataFrame | None = None  # sequence_id, group: the task's grouping key (``grouped`` split)
 
 
 def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -> TaskInput:
@@ -80,6 +82,9 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
     smallest hash of their id: the same sequences are kept from one night to the next while they
     are in the window (polars' seeded hash: stable within a polars version)."""
     scan = storage.scan_objects(root, task.source, ingest_date)
+    groups = groups_of(scan, task.grouping_key) if task.grouping_key else None
+    if task.table_source:  # a table task: each text joined to its table (training.table_task)
+        scan = join_tables(scan, root, task.table_source, task.table_key)
     ids = scan.select("sequence_id").unique(maintain_order=True).collect()["sequence_id"]
     if ids.len() == 0:
         dates = "any ingest date" if ingest_date is None else f"ingest dates {ingest_date}"
@@ -105,7 +110,7 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
     present = labels.filter(pl.col("sequence_id").is_in(ids.implode()))
     classes = task.ordered_classes(present["label"].cast(pl.String).to_list()) if task.kind != "next_item" else \
         next_item_classes(task, objects, present)
-    return TaskInput(objects, ids, present, classes)
+    return TaskInput(objects, ids, present, classes, groups)
 
 
 def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=None) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
@@ -144,14 +149,21 @@ def label_vector(sequence_ids: list[str], labels: pl.DataFrame, classes: list[st
 
 
 def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int, task: Task,
-                  objects: pl.DataFrame | pl.LazyFrame | None = None) -> list[str]:
+                  objects: pl.DataFrame | pl.LazyFrame | None = None, groups: pl.DataFrame | None = None) -> list[str]:
     """``"train" | "dev" | "test"`` per sequence: ``stratified`` (by label, seeded; next_item
     and unlabelled sequences form one stratum each), ``fixed`` (by a hash of the id,
     training.data.fixed_split: the same sequence lands in the same split whatever the data
     window) or ``time`` (by each sequence's first timestamp, TIME_SPLIT; ``objects`` needed, in
-    memory or lazy)."""
+    memory or lazy) or ``grouped`` (``groups``, training.table_task.groups_of: whole groups,
+    shuffled with the seed, fill test, then dev, then train, to about 20 / 20 / 60 % of the
+    sequences; a sequence without a group is a group of its own)."""
     if split == "fixed":
         return fixed_split(sequence_ids)
+    if split == "grouped":
+        if groups is None:
+            raise ValueError(f"split = \"grouped\" needs a grouping key: declare group_key (or table_source) for "
+                             f"the task of source {task.source!r}")
+        return grouped_split(sequence_ids, groups, seed)
     if split == "time":
         first = (objects.lazy().group_by("sequence_id").agg(pl.col("ts").min().alias("t"), pl.col("step").min().alias("s"))
                  .filter(pl.col("sequence_id").is_in(sequence_ids)).collect())
@@ -214,6 +226,24 @@ def windows_of(value_seqs: pl.DataFrame, tok: ValueTokenizer, model_cfg: dict) -
     return tokenize_value_sequences(value_seqs, tok, model_cfg["max_positions"],
                                     model_cfg.get("long_sequences", defaults.long_sequences),
                                     model_cfg.get("max_windows", defaults.max_windows))
+
+
+def grouped_split(sequence_ids: list[str], groups: pl.DataFrame, seed: int, dev: float = 0.2,
+                  test: float = 0.2) -> list[str]:
+    """``"train" | "dev" | "test"`` per sequence, whole groups at a time (:func:`assign_splits`)."""
+    group_of = dict(zip(groups["sequence_id"].to_list(), groups["group"].to_list()))
+    members: dict[str, int] = {}
+    for s in sequence_ids:
+        g = group_of.get(s, s)
+        members[g] = members.get(g, 0) + 1
+    names = sorted(members)
+    order = np.random.default_rng(seed).permutation(len(names))
+    where, filled, n = {}, 0, len(sequence_ids)
+    for i in order:
+        g = names[i]
+        where[g] = "test" if filled < test * n else "dev" if filled < (test + dev) * n else "train"
+        filled += members[g]
+    return [where[group_of.get(s, s)] for s in sequence_ids]
 
 
 def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg: dict,
@@ -280,10 +310,16 @@ def read_classes(seq_dir: str | Path) -> list[str]:
     return json.loads((Path(seq_dir) / "classes.json").read_text())
 
 
-def sequence_objects(seq_dir: str | Path, data_root: str | Path, source: str) -> pl.DataFrame:
+def read_task_objects(root: str | Path, task: Task, ingest_date=None) -> pl.DataFrame:
+    """The objects of a task's sequences as training reads them (the ingest dates given, or
+    all): a table task's texts joined to their tables (training.table_task)."""
+    return example_objects(root, task.source, ingest_date, task.table_source, task.table_key).collect()
+
+
+def sequence_objects(seq_dir: str | Path, data_root: str | Path, task: Task) -> pl.DataFrame:
     """The objects the sequences stage read for ``seq_dir`` (the same ingest dates, from
     ``input.json``), which the end-to-end modes tokenise themselves: a nightly window's model sees
     that window's objects only, even where a sequence id recurs on other dates."""
     path = Path(seq_dir) / "input.json"
     dates = json.loads(path.read_text())["ingest_dates"] if path.is_file() else None
-    return storage.read_objects(data_root, source, dates)
+    return read_task_objects(data_root, task, dates)

@@ -55,7 +55,7 @@ from training.phased import PhasedTrainer
 log = logging.getLogger(__name__)
 
 MODES = TRAINING_MODES  # seqenc.config: the one list of training modes
-END_TO_END = ("joint", "flattened", "record_view")
+END_TO_END = ("joint", "flattened", "record_view", "table")
 MLM_SEQUENCES = ("all", "normal")  # which train sequences the TVM's masked LM reads
 RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on
 

@@ -1,0 +1,138 @@
+"""One encoder for a text and a table, with the table's structure chosen by ``table_attention``.
+
+Input: seqenc.table_inputs (``[CLS] text [SEP]`` + the flattened table, per-token structure ids).
+The layers are seqenc.model's post-LN BERT layers with every head private; the attention core is
+seqenc.attention's, and the table structure enters as seqenc.structure makes it:
+
+* ``dense``: every token attends to every token; row and column embeddings are added to the
+  token embeddings (TAPAS, Herzig et al. 2020) -- the flattened baseline;
+* ``mate_mask``: MATE's row and column heads as an attention bias (the reference);
+* ``mate``: the same heads, computed bucket by bucket (MATE's Figure 2; linear in the length),
+  equal to ``mate_mask`` while the text fits ``mate_global`` and a row / column ``mate_radius``;
+* ``tableformer``: no row or column embeddings; per layer and head one learnable scalar per
+  TableFormer relation, added to the scaled scores. With per-cell positions the output does not
+  depend on the order of rows or columns (tests/test_table_model.py shuffles them).
+
+The [CLS] output feeds the task head (seqenc.heads), as every model of the package. The model is
+a training mode of its own ("table", training.end_to_end) over a task whose examples join a text
+to its table (training.task_data); :meth:`TableTextEncoder.batch_inputs` builds its batches.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import polars as pl
+import torch
+from torch import nn
+
+from seqenc.attention import additive_mask
+from seqenc.config import TVMKAConfig, plain_config
+from seqenc.heads import make_head
+from seqenc.model import Layer, SaveLoadMixin, init_weights
+from seqenc.structure import TableFormerBias, mate_attention, mate_mask, table_relations
+from seqenc.table_inputs import collate, encode_table_text, table_of_objects
+from seqenc.tokenizer import ValueTokenizer
+
+INPUTS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "attention_mask")
+
+
+class TableEmbeddings(nn.Module):
+    """Token + per-cell position + token type (+ row + column, unless ``tableformer``), then
+    LayerNorm and dropout."""
+
+    def __init__(self, config: TVMKAConfig):
+        super().__init__()
+        self.word = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.position = nn.Embedding(config.max_positions, config.d_model)
+        self.token_type = nn.Embedding(config.type_vocab_size, config.d_model)
+        structured = config.table_attention != "tableformer"
+        self.row = nn.Embedding(config.max_rows + 1, config.d_model) if structured else None
+        self.column = nn.Embedding(config.max_columns + 1, config.d_model) if structured else None
+        self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, input_ids, token_type_ids, position_ids, row_ids, col_ids) -> torch.Tensor:
+        # [B, L] each -> [B, L, d_model]
+        x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
+        if self.row is not None:
+            x = x + self.row(row_ids) + self.column(col_ids)
+        return self.dropout(self.norm(x))
+
+
+class TableExamples:
+    """Examples of a table task: ``sequence_ids`` and per example (text, header, rows)."""
+
+    def __init__(self, sequence_ids: list[str], tables: list[tuple[str, list[str], list[list[str]]]]):
+        self.sequence_ids, self.tables = sequence_ids, tables
+
+    @classmethod
+    def from_objects(cls, objects: pl.DataFrame, sequence_ids: list[str] | None = None) -> TableExamples:
+        """One example per sequence of long-form objects (seqenc.table_inputs.table_of_objects),
+        in the order of ``sequence_ids`` (default: first seen)."""
+        groups = {key[0]: frame for key, frame in objects.group_by("sequence_id", maintain_order=True)}
+        ids = sequence_ids if sequence_ids is not None else list(groups)
+        missing = [s for s in ids if s not in groups]
+        if missing:
+            raise ValueError(f"{len(missing)} examples have no objects, e.g. {missing[:3]}")
+        return cls(list(ids), [table_of_objects(groups[s]) for s in ids])
+
+    def __len__(self) -> int:
+        return len(self.sequence_ids)
+
+
+class TableTextEncoder(SaveLoadMixin, nn.Module):
+    """Text + table -> [CLS] -> task head; the table's structure as ``config.table_attention`` says."""
+
+    def __init__(self, config: TVMKAConfig):
+        super().__init__()
+        self.config = config = plain_config(config)
+        if config.max_positions < max(config.max_text_tokens + 2, config.max_cell_tokens):
+            raise ValueError(f"max_positions={config.max_positions} must cover a cell ({config.max_cell_tokens} "
+                             f"tokens) and the text ([CLS] + {config.max_text_tokens} + [SEP]): positions are per cell")
+        self.n_row_heads = config.mate_row_heads if config.mate_row_heads is not None else config.n_heads // 2
+        self.embeddings = TableEmbeddings(config)
+        self.layers = nn.ModuleList(Layer(config, None, 0.0) for _ in range(config.n_layers))
+        self.head = make_head(config)
+        init_weights(self, config.init_std)
+        # TableFormer's scalars, one set per layer, zero at init (the paper)
+        self.relation_bias = nn.ModuleList(TableFormerBias(config.n_heads) for _ in range(config.n_layers)) \
+            if config.table_attention == "tableformer" else None
+
+    def encode(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
+        # [B, L] each -> [B, d_model], the [CLS] output
+        x = self.embeddings(input_ids, token_type_ids, position_ids, row_ids, col_ids)
+        kind, cfg = self.config.table_attention, self.config
+        bias, attend, relations = None, None, None
+        if kind == "dense":
+            bias = additive_mask(attention_mask, x.dtype)  # padding only
+        elif kind == "mate_mask":
+            bias = mate_mask(row_ids, col_ids, segment, attention_mask, cfg.n_heads, self.n_row_heads, x.dtype)
+        elif kind == "mate":
+            attend = partial(_mate_core, row_ids=row_ids, col_ids=col_ids, segment=segment,
+                             attention_mask=attention_mask, n_row_heads=self.n_row_heads,
+                             global_len=cfg.mate_global, radius=cfg.mate_radius)
+        else:  # tableformer
+            relations = table_relations(row_ids, col_ids, segment)
+        for i, layer in enumerate(self.layers):
+            if relations is not None:
+                bias = self.relation_bias[i](relations, attention_mask)
+            x = layer(x, bias, attend)
+        return x[:, 0]
+
+    def forward(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
+        return self.head(self.encode(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids,
+                                     attention_mask))  # [B, n_outputs]
+
+    def batch_inputs(self, data: TableExamples, index, tok: ValueTokenizer) -> tuple[torch.Tensor, ...]:
+        """``forward``'s inputs for the examples ``index`` of ``data``, cut to ``max_table_tokens``."""
+        c = self.config
+        encoded = [encode_table_text(tok, *data.tables[int(i)], max_len=c.max_table_tokens,
+                                     max_text_tokens=c.max_text_tokens, max_cell_tokens=c.max_cell_tokens,
+                                     max_rows=c.max_rows, max_columns=c.max_columns) for i in index]
+        batch = collate(encoded, tok.pad_id)
+        return tuple(batch[name] for name in INPUTS)  # forward's order
+
+
+def _mate_core(q, k, v, dropout_p, training, **structure):
+    return mate_attention(q, k, v, dropout_p=dropout_p, training=training, **structure)
