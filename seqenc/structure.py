@@ -41,6 +41,7 @@ apply, the most specific wins (a token pair in one cell is ``same cell``, not ``
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -91,59 +92,96 @@ def _sort_order(ids: torch.Tensor, segment: torch.Tensor, attention_mask: torch.
     return torch.argsort(group * L + torch.arange(L, device=ids.device), dim=1)
 
 
-def _bucketed(q, k, v, ids, segment, attention_mask, global_len: int, radius: int, dropout_p: float,
-              training: bool) -> torch.Tensor:
-    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d]."""
-    B, h, L, d = q.shape
+@dataclass
+class MateView:
+    """One view (rows or columns) of MATE's efficient attention, laid out once per input and
+    reused by every layer: the sort ``order`` [B, L], the global section ``G``, ``n`` buckets of
+    ``radius`` (the long part padded by ``extra``), the bucket windows ``win`` [n, 3R] (indexes
+    into the long part with one empty bucket on either side) and the additive masks of the
+    global queries [B, 1, G, L] and the long queries [B, 1, n, R, G + 3R]."""
+
+    order: torch.Tensor
+    G: int
+    n: int
+    radius: int
+    extra: int
+    win: torch.Tensor | None
+    global_bias: torch.Tensor
+    long_bias: torch.Tensor | None
+
+
+def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype: torch.dtype) -> MateView:
+    B, L = ids.shape
+    device = ids.device
     order = _sort_order(ids, segment, attention_mask)  # [B, L]
-    gather = order[:, None, :, None].expand(-1, h, -1, d)
-    q, k, v = (t.gather(2, gather) for t in (q, k, v))
     ids, real = ids.gather(1, order), attention_mask.gather(1, order)
-    text_q = segment.gather(1, order).eq(TEXT) | ~real  # a padding query attends like text
     text_k = segment.gather(1, order).eq(TEXT)
-    neg, scale = _neg(q.dtype), 1.0 / math.sqrt(d)
+    text_q = text_k | ~real  # a padding query attends like text
+    neg = _neg(dtype)
+
+    def allowed(qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:  # [B, ..., Q] x [B, ..., K] -> [B, ..., Q, K]
+        take = lambda x, i: x.gather(1, i.flatten(1)).view_as(i)  # noqa: E731
+        return take(real, ki)[..., None, :] & (take(text_q, qi)[..., :, None] | take(text_k, ki)[..., None, :]
+                                               | (take(ids, qi)[..., :, None] == take(ids, ki)[..., None, :]))
+
+    def bias(ok: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(ok.shape, dtype=dtype, device=device).masked_fill(~ok, neg)
+
     G = min(global_len, L)
-
-    def allowed(qi: torch.Tensor, ki: torch.Tensor) -> torch.Tensor:  # index tensors of positions
-        return (real.gather(1, ki.flatten(1)).view_as(ki)[..., None, :].expand(*qi.shape, ki.shape[-1])
-                & (text_q.gather(1, qi.flatten(1)).view_as(qi)[..., :, None]
-                   | text_k.gather(1, ki.flatten(1)).view_as(ki)[..., None, :]
-                   | (ids.gather(1, qi.flatten(1)).view_as(qi)[..., :, None]
-                      == ids.gather(1, ki.flatten(1)).view_as(ki)[..., None, :])))
-
-    pos = torch.arange(L, device=q.device).expand(B, L)
-    # the global section attends to everything: [B, h, G, L]
-    scores = (q[:, :, :G] @ k.transpose(-2, -1)) * scale
-    scores = scores.masked_fill(~allowed(pos[:, :G], pos)[:, None], neg)
-    out_global = F.dropout(scores.softmax(-1), dropout_p, training) @ v  # [B, h, G, d]
+    pos = torch.arange(L, device=device).expand(B, L)
+    global_bias = bias(allowed(pos[:, :G], pos))[:, None]  # [B, 1, G, L]
     if G == L:
-        return _unsort(out_global, order)
-
-    # the long part in buckets of `radius`; one empty bucket of padding on either side
+        return MateView(order, G, 0, radius, 0, None, global_bias, None)
     n = -(-(L - G) // radius)
     extra = n * radius - (L - G)
-    lp = torch.cat([pos[:, G:], torch.full((B, extra), -1, device=q.device, dtype=pos.dtype)], 1)  # -1: filler
-    lq = torch.cat([q[:, :, G:], q.new_zeros(B, h, extra, d)], 2).view(B, h, n, radius, d)
-    lk = torch.cat([k.new_zeros(B, h, radius, d), k[:, :, G:], k.new_zeros(B, h, extra + radius, d)], 2)
-    lv = torch.cat([v.new_zeros(B, h, radius, d), v[:, :, G:], v.new_zeros(B, h, extra + radius, d)], 2)
-    lkp = torch.cat([torch.full((B, radius), -1, device=q.device, dtype=pos.dtype), lp,
-                     torch.full((B, radius), -1, device=q.device, dtype=pos.dtype)], 1)
-    # windows: bucket b sees buckets b-1, b, b+1 -> [B, h, n, 3R, d]
-    win = torch.arange(n, device=q.device)[:, None] * radius + torch.arange(3 * radius, device=q.device)  # [n, 3R]
-    wk, wv = lk[:, :, win], lv[:, :, win]
-    wpos = lkp[:, win]  # [B, n, 3R]
-    qpos = lp.view(B, n, radius)
-    to_global = torch.einsum("bhnrd,bhgd->bhnrg", lq, k[:, :, :G]) * scale
-    to_window = torch.einsum("bhnrd,bhnwd->bhnrw", lq, wk) * scale
+    filler = lambda k: torch.full((B, k), -1, device=device, dtype=pos.dtype)  # noqa: E731
+    lp = torch.cat([pos[:, G:], filler(extra)], 1)  # [B, n R], -1: filler
+    lkp = torch.cat([filler(radius), lp, filler(radius)], 1)  # the keys: one empty bucket on either side
+    win = torch.arange(n, device=device)[:, None] * radius + torch.arange(3 * radius, device=device)  # [n, 3R]
+    wpos, qpos = lkp[:, win], lp.view(B, n, radius)  # [B, n, 3R], [B, n, R]
     g_ok = allowed(qpos.clamp(min=0), pos[:, None, :G].expand(B, n, G))  # [B, n, R, G]
     w_ok = allowed(qpos.clamp(min=0), wpos.clamp(min=0)) & (wpos >= 0)[:, :, None, :]  # [B, n, R, 3R]
-    to_global = to_global.masked_fill(~g_ok[:, None], neg)
-    to_window = to_window.masked_fill(~w_ok[:, None], neg)
-    probs = F.dropout(torch.cat([to_global, to_window], -1).softmax(-1), dropout_p, training)
-    out_long = (torch.einsum("bhnrg,bhgd->bhnrd", probs[..., :G], v[:, :, :G])
-                + torch.einsum("bhnrw,bhnwd->bhnrd", probs[..., G:], wv))
-    out_long = out_long.reshape(B, h, n * radius, d)[:, :, :L - G]
-    return _unsort(torch.cat([out_global, out_long], 2), order)
+    return MateView(order, G, n, radius, extra, win, global_bias, bias(torch.cat([g_ok, w_ok], -1))[:, None])
+
+
+def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_heads: int, global_len: int,
+                radius: int, dtype: torch.dtype = torch.float32) -> tuple[MateView | None, MateView | None]:
+    """(row view, column view) of an input: None for a view no head uses."""
+    rows = mate_view(row_ids, segment, attention_mask, global_len, radius, dtype) if n_row_heads else None
+    cols = mate_view(col_ids, segment, attention_mask, global_len, radius, dtype) if n_row_heads < n_heads else None
+    return rows, cols
+
+
+def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torch.Tensor:
+    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d]."""
+    B, h, L, d = q.shape
+    G, n, R = view.G, view.n, view.radius
+    gather = view.order[:, None, :, None].expand(-1, h, -1, d)
+    q, k, v = (t.gather(2, gather) for t in (q, k, v))
+    scale = 1.0 / math.sqrt(d)
+    # the global section attends to everything: [B, h, G, L]
+    scores = (q[:, :, :G] @ k.transpose(-2, -1)) * scale + view.global_bias
+    out_global = F.dropout(scores.softmax(-1), dropout_p, training) @ v  # [B, h, G, d]
+    if n == 0:
+        return _unsort(out_global, view.order)
+    # the long part in buckets of R; each bucket sees the global section and buckets b-1, b, b+1
+    lq = torch.cat([q[:, :, G:], q.new_zeros(B, h, view.extra, d)], 2).view(B, h, n, R, d)
+
+    def buckets(t):  # [B, h, n + 2, R, d]: the long part's buckets, one empty bucket on either side
+        return torch.cat([t.new_zeros(B, h, R, d), t[:, :, G:], t.new_zeros(B, h, view.extra + R, d)], 2) \
+            .view(B, h, n + 2, R, d)
+
+    kb, vb = buckets(k), buckets(v)
+    shifts = [slice(0, n), slice(1, n + 1), slice(2, n + 2)]  # buckets b-1, b, b+1 of each bucket b (views)
+    scores = [torch.einsum("bhnrd,bhgd->bhnrg", lq, k[:, :, :G])]
+    scores += [lq @ kb[:, :, sh].transpose(-2, -1) for sh in shifts]  # [B, h, n, R, R] each
+    probs = torch.cat(scores, -1) * scale + view.long_bias  # [B, h, n, R, G + 3R]
+    probs = F.dropout(probs.softmax(-1), dropout_p, training)
+    out_long = torch.einsum("bhnrg,bhgd->bhnrd", probs[..., :G], v[:, :, :G])
+    for i, sh in enumerate(shifts):
+        out_long = out_long + probs[..., G + i * R:G + (i + 1) * R] @ vb[:, :, sh]
+    out_long = out_long.reshape(B, h, n * R, d)[:, :, :L - G]
+    return _unsort(torch.cat([out_global, out_long], 2), view.order)
 
 
 def _unsort(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
@@ -153,17 +191,17 @@ def _unsort(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def mate_attention(q, k, v, row_ids, col_ids, segment, attention_mask, n_row_heads: int, global_len: int,
-                   radius: int, dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
-    """MATE's efficient attention (module docstring): q, k, v [B, h, L, d] -> [B, h, L, d]; heads
-    [0, n_row_heads) sorted by row, the others by column."""
+def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_row_heads: int,
+                   dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
+    """MATE's efficient attention (module docstring): q, k, v [B, h, L, d] -> [B, h, L, d];
+    heads [0, n_row_heads) through the row view of ``layout`` (:func:`mate_layout`), the
+    others through the column view."""
+    rows, cols = layout
     parts = []
-    if n_row_heads:
-        parts.append(_bucketed(q[:, :n_row_heads], k[:, :n_row_heads], v[:, :n_row_heads], row_ids, segment,
-                               attention_mask, global_len, radius, dropout_p, training))
-    if n_row_heads < q.size(1):
-        parts.append(_bucketed(q[:, n_row_heads:], k[:, n_row_heads:], v[:, n_row_heads:], col_ids, segment,
-                               attention_mask, global_len, radius, dropout_p, training))
+    if rows is not None:
+        parts.append(_bucketed(q[:, :n_row_heads], k[:, :n_row_heads], v[:, :n_row_heads], rows, dropout_p, training))
+    if cols is not None:
+        parts.append(_bucketed(q[:, n_row_heads:], k[:, n_row_heads:], v[:, n_row_heads:], cols, dropout_p, training))
     return torch.cat(parts, 1) if len(parts) > 1 else parts[0]
 
 

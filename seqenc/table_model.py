@@ -30,7 +30,7 @@ from seqenc.attention import additive_mask
 from seqenc.config import TVMKAConfig, plain_config
 from seqenc.heads import make_head
 from seqenc.model import Layer, SaveLoadMixin, init_weights
-from seqenc.structure import TableFormerBias, mate_attention, mate_mask, table_relations
+from seqenc.structure import TableFormerBias, mate_attention, mate_layout, mate_mask, table_relations
 from seqenc.table_inputs import collate, encode_table_text, table_of_objects
 from seqenc.tokenizer import ValueTokenizer
 
@@ -108,10 +108,10 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
             bias = additive_mask(attention_mask, x.dtype)  # padding only
         elif kind == "mate_mask":
             bias = mate_mask(row_ids, col_ids, segment, attention_mask, cfg.n_heads, self.n_row_heads, x.dtype)
-        elif kind == "mate":
-            attend = partial(_mate_core, row_ids=row_ids, col_ids=col_ids, segment=segment,
-                             attention_mask=attention_mask, n_row_heads=self.n_row_heads,
-                             global_len=cfg.mate_global, radius=cfg.mate_radius)
+        elif kind == "mate":  # laid out once, used by every layer
+            layout = mate_layout(row_ids, col_ids, segment, attention_mask, self.n_row_heads, cfg.n_heads,
+                                 cfg.mate_global, cfg.mate_radius, x.dtype)
+            attend = partial(_mate_core, layout=layout, n_row_heads=self.n_row_heads)
         else:  # tableformer
             relations = table_relations(row_ids, col_ids, segment)
         for i, layer in enumerate(self.layers):
@@ -134,5 +134,5 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         return tuple(batch[name] for name in INPUTS)  # forward's order
 
 
-def _mate_core(q, k, v, dropout_p, training, **structure):
-    return mate_attention(q, k, v, dropout_p=dropout_p, training=training, **structure)
+def _mate_core(q, k, v, dropout_p, training, layout, n_row_heads):
+    return mate_attention(q, k, v, layout, n_row_heads, dropout_p, training)

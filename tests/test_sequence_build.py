@@ -95,3 +95,21 @@ def test_bin_fitter_is_exact_under_its_cap_and_batch_free_over_it():
     # thinned, the edges stay close: every capped edge lies within a few ranks of the exact quantile
     ranks = np.searchsorted(np.sort(numbers), capped[0].edges["k0"]) / len(numbers)
     assert np.abs(ranks - np.linspace(0, 1, 9)[:len(ranks)]).max() < 0.1
+
+
+@pytest.mark.parametrize("chunk,max_spill", [(4, 32), (4, 2), (100, 2)])
+def test_sequence_chunks_hold_whole_sequences_in_id_order(tmp_path, chunk, max_spill):
+    from training.buckets import sequence_chunks
+
+    rng = np.random.default_rng(0)
+    ids = [f"s{i:02d}" for i in rng.permutation(30)]
+    rows = pl.DataFrame({"sequence_id": [s for s in ids for _ in range(5)], "step": [j for _ in ids for j in range(5)]})
+    wanted = pl.Series(sorted(ids[:25]))  # five sequences are not asked for
+    frames = list(sequence_chunks(rows.lazy(), wanted, chunk, tmp_path / "spill", max_spill=max_spill))
+    assert all(f["sequence_id"].n_unique() <= chunk for f in frames)
+    seen = [s for f in frames for s in sorted(f["sequence_id"].unique().to_list())]  # chunk after chunk
+    got = pl.concat(frames)
+    if len(frames) > 1:  # spilled: only the wanted sequences, whole, in id order, steps in order
+        assert seen == wanted.to_list() and got.height == 25 * 5
+        assert got.group_by("sequence_id").agg(pl.col("step").is_sorted().all())["step"].all()
+        assert not list((tmp_path / "spill").rglob("*.parquet"))  # spilled files removed once read

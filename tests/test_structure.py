@@ -13,6 +13,7 @@ from seqenc.structure import (
     SENTENCE_TO_HEADER,
     TEXT,
     mate_attention,
+    mate_layout,
     mate_mask,
     table_relations,
 )
@@ -52,11 +53,11 @@ def test_efficient_mate_equals_the_masked_reference(seed):
                         for b in range(B) for i in ids[b].unique())
     max_text = int((segment == TEXT).logical_and(mask).sum(1).max())
     for global_len, radius in ((max_text, longest_group), (max_text + 3, longest_group + 2)):
-        fast = mate_attention(q, k, v, row_ids, col_ids, segment, mask, n_row, global_len, radius)
+        fast = mate_attention(q, k, v, mate_layout(row_ids, col_ids, segment, mask, n_row, h, global_len, radius), n_row)
         diff = (fast - reference).abs()[mask[:, None, :, None].expand_as(fast)]
         assert diff.max() <= 1e-5, (global_len, radius, diff.max())
     # a radius smaller than a row / column drops pairs: the two differ (the condition is needed)
-    short = mate_attention(q, k, v, row_ids, col_ids, segment, mask, n_row, max_text, 1)
+    short = mate_attention(q, k, v, mate_layout(row_ids, col_ids, segment, mask, n_row, h, max_text, 1), n_row)
     assert (short - reference).abs()[mask[:, None, :, None].expand_as(short)].max() > 1e-3
 
 

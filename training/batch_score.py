@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 
 from parsers import storage
 from training import tracking
-from training.buckets import hash_bucket, read_bucket, spill_buckets
+from training.buckets import sequence_chunks
 from training.registry import is_model_uri, resolve_model
 from training.scoring import load_bundle, score_objects
 from training.table_task import example_objects
@@ -124,27 +124,21 @@ def score_in_chunks(bundle, objects: pl.LazyFrame, chunk_sequences: int = CHUNK_
     follows the chunk, not the partition. Rows sorted by ``sequence_id``; None when there are no
     objects.
 
-    One pass over the partition splits its rows into ``ceil(sequences / chunk_sequences)``
-    buckets by a hash of the sequence id (Parquet files in a temporary folder under
-    ``spill_dir``, default the system's; every row of a sequence lands in one bucket, in its
-    order); each bucket is then read, scored (training.scoring.score_objects) and dropped. The
-    partition is read once however many chunks there are (filtering it once per chunk reads it
-    once per chunk). A sequence's score does not depend on the others in its chunk, so the rows
+    One pass over the partition spills its rows into buckets of whole sequences (Parquet in a
+    temporary folder under ``spill_dir``, default the system's; training.buckets.sequence_chunks);
+    each chunk is then read, scored (training.scoring.score_objects) and dropped. A sequence's score does not depend on the others in its chunk, so the rows
     equal one call over all sequences, up to float rounding in differently padded batches:
     ``seqenc bench score`` compares every score with small chunks."""
     if chunk_sequences < 1:
         raise ValueError(f"chunk_sequences must be >= 1, got {chunk_sequences}")
-    n = objects.select(pl.col("sequence_id").n_unique()).collect().item()
-    if not n:
+    ids = objects.select("sequence_id").unique().collect()["sequence_id"].sort()
+    if not ids.len():
         return None
-    buckets = -(-n // chunk_sequences)
-    if buckets == 1:
-        return score_objects(bundle, objects.collect(), progress=progress).sort("sequence_id")
     frames = []
     with tempfile.TemporaryDirectory(prefix="seqenc-chunks-", dir=spill_dir) as tmp:
-        for files in tqdm(spill_buckets(objects, hash_bucket(buckets), tmp), desc=f"scoring {n} sequences",
-                          unit="chunk", disable=not progress):
-            frames.append(score_objects(bundle, read_bucket(files), progress=False))
+        for chunk in tqdm(sequence_chunks(objects, ids, chunk_sequences, tmp), total=-(-ids.len() // chunk_sequences),
+                          desc=f"scoring {ids.len()} sequences", unit="chunk", disable=not progress):
+            frames.append(score_objects(bundle, chunk, progress=False))
     return pl.concat(frames).sort("sequence_id")
 
 

@@ -17,6 +17,8 @@
                                                  [--workers 1,2,4] parallel ingest rows
     seqenc bench accuracy --data DIR --json OUT  every training mode + count baselines, same splits (docs/benchmarks.md)
     seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
+    seqenc bench sequences --json OUT            value-sequence building over days: buckets vs one pass, peak RSS
+    seqenc bench tables --tables DIR --train FILE --json OUT   table encoders vs baselines, perturbation, scaling
     seqenc ui [--workdir DIR]      the MLflow UI on a work directory's runs
 
 Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.

@@ -130,6 +130,32 @@ def cmd_bench_sequences(args) -> int:
     return 0
 
 
+def cmd_bench_tables(args) -> int:
+    from training.bench.tables import VARIANTS, TablesBenchSettings, bench_tables, plot_tables, tables_table
+
+    variants = tuple(v for v in args.variants.split(",") if v)
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        raise ValueError(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    for flag, path in (("--tables", args.tables), ("--train", args.train), ("--test", args.test)):
+        if path and not Path(path).exists():
+            raise FileNotFoundError(f"{flag} {path} does not exist")
+    settings = TablesBenchSettings(tables=args.tables, train=args.train, test=args.test, variants=variants,
+                                   size=args.size, config=config_arg(args.config) if args.config else {},
+                                   seed=args.seed, max_tables=args.max_tables,
+                                   scaling_tokens=tuple(_int_list(args.scaling_tokens, "--scaling-tokens")),
+                                   max_mb=args.max_mb, max_seconds=args.max_seconds, repeat=args.repeat,
+                                   threads=args.threads)
+    out = Path(args.json)
+    workdir = Path(args.workdir or out.with_suffix(""))
+    result = bench_tables(settings, workdir, progress=not args.no_progress, accuracy=not args.no_accuracy,
+                          scaling=not args.no_scaling)
+    _write_result(result, tables_table, out)
+    for png in plot_tables(result, out):
+        print(f"wrote {png}")
+    return 0
+
+
 def add_bench_parser(sub) -> None:
     """The ``bench`` sub-commands, added to the CLI's sub-parsers."""
     bench = sub.add_parser("bench", help="benchmarks (JSON + Markdown table + plot)")
@@ -241,3 +267,26 @@ def add_bench_parser(sub) -> None:
                     help="data and outputs (default: beside --json); days already ingested there are reused")
     bq.add_argument("--no-progress", action="store_true")
     bq.set_defaults(func=cmd_bench_sequences)
+    bt = bsub.add_parser("tables", help="table-text verification in TabFact's layout: dense, MATE, TableFormer and "
+                         "TVM-KA (scratch, MiniLM) next to majority and bag-of-words baselines, accuracy under row / "
+                         "column shuffles, and forward+backward time and memory from 512 to 8192 tokens")
+    bt.add_argument("--tables", required=True, help="folder of #-separated tables (header first)")
+    bt.add_argument("--train", required=True, help="JSON Lines statements: table, statement, label")
+    bt.add_argument("--test", default=None, help="JSON Lines statements to test on (default: the train file's "
+                    "test split, by table)")
+    bt.add_argument("--json", required=True, help="output JSON (a .md table and .png plots go beside it)")
+    bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm")))
+    bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
+    bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}} (JSON or a file)')
+    bt.add_argument("--seed", type=int, default=0)
+    bt.add_argument("--max-tables", type=int, default=None, help="a seeded sample of the train file's tables")
+    bt.add_argument("--scaling-tokens", default="512,1024,2048,4096,8192", metavar="N1,N2,...")
+    bt.add_argument("--max-mb", type=int, default=8192, help="a scaling child past this resident size: oom")
+    bt.add_argument("--max-seconds", type=float, default=300.0, help="a scaling child past this: over_limit")
+    bt.add_argument("--repeat", type=int, default=2, help="timed passes per scaling row (after a warm-up)")
+    bt.add_argument("--threads", type=int, default=2, help="torch threads of a scaling child")
+    bt.add_argument("--no-accuracy", action="store_true", help="only the scaling rows")
+    bt.add_argument("--no-scaling", action="store_true", help="only the accuracy rows")
+    bt.add_argument("--workdir", default=None, help="data, models, MLflow store (default: beside --json)")
+    bt.add_argument("--no-progress", action="store_true")
+    bt.set_defaults(func=cmd_bench_tables)

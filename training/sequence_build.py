@@ -5,7 +5,7 @@ This is the engine of ``training.pipeline.stage_sequences``. Its input is lazy
 memory follows ``chunk_sequences`` sequences, not the week:
 
 1. **bucket**: one streaming pass splits the task's objects into buckets of ``chunk_sequences``
-   sequences by ranges of the sorted sequence ids (training.buckets.range_bucket), Parquet in a
+   sequences by ranges of the sorted sequence ids (training.buckets.range_buckets), Parquet in a
    temporary folder; each bucket's S(k) (training.task_data.value_sequences) is written there too
    and its objects dropped. A task of at most ``chunk_sequences`` sequences is one bucket, built
    in memory without a spill;
@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from parsers import storage
 from seqenc.catalog import Task
 from seqenc.sequences import WINDOWS_SCHEMA
-from training.buckets import range_bucket, read_bucket, spill_buckets
+from training.buckets import sequence_chunks
 from training.task_data import (
     TaskInput,
     assign_splits,
@@ -86,14 +86,12 @@ def collect_parts(inp: TaskInput, task: Task, directory: Path, chunk_sequences: 
     ids = inp.sequence_ids.sort()
     if ids.len() <= chunk_sequences:
         return ValueSequenceParts(frames=[value_sequences(inp.objects.collect(), task)])
-    buckets = spill_buckets(inp.objects, range_bucket(ids, chunk_sequences), directory / "objects")
     files = []
-    for b, bucket_files in enumerate(tqdm(buckets, desc=f"value sequences of {ids.len()} sequences", unit="bucket",
-                                          disable=not progress)):
+    chunks = sequence_chunks(inp.objects, ids, chunk_sequences, directory / "objects")
+    for b, objects in enumerate(tqdm(chunks, total=-(-ids.len() // chunk_sequences), unit="chunk",
+                                     desc=f"value sequences of {ids.len()} sequences", disable=not progress)):
         path = directory / f"value-sequences-{b:06d}.parquet"
-        value_sequences(read_bucket(bucket_files), task).write_parquet(path)
-        for f in bucket_files:  # the spilled objects are not needed again
-            f.unlink()
+        value_sequences(objects, task).write_parquet(path)
         files.append(path)
     return ValueSequenceParts(files=files)
 

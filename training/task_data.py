@@ -90,6 +90,7 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
         dates = "any ingest date" if ingest_date is None else f"ingest dates {ingest_date}"
         raise FileNotFoundError(f"task {task_name}: no ingested objects of source {task.source!r} under {root} for "
                                 f"{dates}; ingest some first (seqenc ingest ... --source {task.source})")
+    n_ids = ids.len()
     labels = storage.read_labels(root, task.source).unique("sequence_id", keep="last", maintain_order=True)
     if task.labelled:
         if labels.height == 0:
@@ -106,7 +107,8 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
         kept = pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(task.max_sequences)["id"]
         log.info("task %s: %d of %d sequences kept (max_sequences)", task_name, kept.len(), ids.len())
         ids = ids.filter(ids.is_in(kept.implode()))
-    objects = scan.filter(pl.col("sequence_id").is_in(ids.implode()))
+    # only the sequences kept (a no-op filter over every id would cost a set of all of them)
+    objects = scan.filter(pl.col("sequence_id").is_in(ids.implode())) if ids.len() < n_ids else scan
     present = labels.filter(pl.col("sequence_id").is_in(ids.implode()))
     classes = task.ordered_classes(present["label"].cast(pl.String).to_list()) if task.kind != "next_item" else \
         next_item_classes(task, objects, present)

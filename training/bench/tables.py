@@ -1,0 +1,415 @@
+"""``seqenc bench tables``: table-text verification (TabFact's layout) -- accuracy, robustness, scaling.
+
+Input, in the layout of ``../shared/data/tabfact``: ``--tables DIR`` (``#``-separated tables,
+header first), ``--train FILE`` (JSON Lines: ``table``, ``statement``, ``label``, ...) and
+optionally ``--test FILE`` (the same). Everything goes through the product: the tables and
+statements are ingested (parsers.tables), the task is a catalogue task (texts joined to their
+tables, training.table_task; kind multiclass over the labels, so a prediction is the argmax),
+and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow runs included).
+
+**accuracy** (``{variant: {"accuracy", "perturbed_accuracy", "variation", "test_statements"}}``):
+
+* ``dense``, ``mate``, ``tableformer``: the table-text encoder of training mode ``table``
+  (seqenc.table_model) with that ``table_attention``, from scratch;
+* ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
+  scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
+* baselines: ``majority`` (the train split's most frequent label) and ``bow_lr`` (a logistic
+  regression on the statement's TF-IDF words and word pairs; it never sees the table).
+
+The split is by table (the task's ``grouped`` split, seeded: no test table was seen in
+training). Without ``--test`` the train file's test split is the test set; with it, the test
+file is (the train file's own test split then goes unused). **Perturbation**: every table
+again with its rows and its columns shuffled (a seed per table), ingested into a second data
+root; the same test statements are scored against those tables. ``perturbed_accuracy`` is the
+accuracy there, ``variation`` the share of test statements whose prediction changed
+(TableFormer's "variation percentage"). Settings (model size, steps) are the ``--size``'s,
+chosen before any test figure was seen; ``--config`` overrides them.
+
+**scaling** (``[{"variant", "tokens", "seconds", "peak_mb", "status"}]``): one forward and
+backward pass of the table encoder (d_model 256, 4 layers, 8 heads; batch 1) on a synthetic
+statement + table of ``tokens`` tokens, for ``dense``, ``mate_mask``, ``mate`` and
+``tableformer``, each in its own child process (peak RSS, killed past ``max_mb`` -> ``oom``,
+past ``max_seconds`` -> ``over_limit``, training.bench.model.run_isolated); seconds are the
+fastest of ``repeat`` passes after a warm-up; ratios against dense in the same run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm")
+BASELINES = ("majority", "bow_lr")
+SCALING_VARIANTS = ("dense", "mate_mask", "mate", "tableformer")
+TABLES, STATEMENTS, TEST_STATEMENTS, TASK = "tables", "statements", "test_statements", "verify"
+# the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
+TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
+
+CATALOG = """# seqenc bench tables: the ingested tables and statements, and the verification task
+[sources.{tables}]
+kind = "tables"
+delimiter = "#"
+
+[sources.{statements}]
+kind = "texts"
+text_field = "statement"
+label_field = "label"
+
+[sources.{test_statements}]
+kind = "texts"
+text_field = "statement"
+label_field = "label"
+
+[tasks.{task}]
+source = "{statements}"
+kind = "multiclass"
+table_source = "{tables}"
+split = "grouped"
+"""
+
+
+@dataclass
+class TablesBenchSettings:
+    tables: str
+    train: str
+    test: str | None = None
+    variants: tuple[str, ...] = VARIANTS
+    size: str = "demo"
+    config: dict = field(default_factory=dict)  # {"model": ..., "train": ...} on top of the size's
+    seed: int = 0
+    max_tables: int | None = None  # a seeded sample of the train file's tables (quick runs)
+    scaling_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    max_mb: int = 8192
+    max_seconds: float = 300.0
+    repeat: int = 2
+    threads: int = 2
+
+
+# --- data -------------------------------------------------------------------------------------
+def _statements(path: Path, tables: set[str] | None) -> list[str]:
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    return lines if tables is None else [x for x in lines if json.loads(x)["table"] in tables]
+
+
+def perturb_table(text: str, seed: int) -> str:
+    """A ``#``-separated table with its data rows and its columns shuffled (the header follows
+    its columns)."""
+    rows = [line.split("#") for line in text.splitlines() if line.strip()]
+    rng = random.Random(seed)
+    cols = list(range(len(rows[0])))
+    rng.shuffle(cols)
+    body = rows[1:]
+    rng.shuffle(body)
+    return "\n".join("#".join(r[c] for c in cols) for r in [rows[0], *body]) + "\n"
+
+
+def prepare(s: TablesBenchSettings, work: Path) -> dict:
+    """Ingest the tables (as given, and perturbed into a second root) and the statements."""
+    from parsers.tables import ingest_table, ingest_text
+
+    work.mkdir(parents=True, exist_ok=True)
+    train_lines = _statements(Path(s.train), None)
+    if s.max_tables:
+        names = sorted({json.loads(x)["table"] for x in train_lines})
+        train_lines = _statements(Path(s.train), set(random.Random(s.seed).sample(names, min(s.max_tables, len(names)))))
+    test_lines = _statements(Path(s.test), None) if s.test else []
+    (work / "train.jsonl").write_text("\n".join(train_lines) + "\n")
+    needed = sorted({json.loads(x)["table"] for x in train_lines + test_lines})
+    catalog = work / "seqenc.toml"
+    catalog.write_text(CATALOG.format(tables=TABLES, statements=STATEMENTS, test_statements=TEST_STATEMENTS, task=TASK))
+    perturbed_dir = work / "perturbed_tables"
+    perturbed_dir.mkdir(exist_ok=True)
+    for root, folder in ((work / "data", Path(s.tables)), (work / "perturbed", perturbed_dir)):
+        for name in needed:
+            if folder == perturbed_dir:
+                (perturbed_dir / name).write_text(perturb_table((Path(s.tables) / name).read_text(),
+                                                                s.seed * 1_000_003 + sum(map(ord, name))))
+            ingest_table(folder / name, root, source=TABLES, delimiter="#", ingest_date="2025-01-01")
+    for root in (work / "data", work / "perturbed"):
+        ingest_text(work / "train.jsonl", root, source=STATEMENTS, text_field="statement", label_field="label",
+                    ingest_date="2025-01-01")
+        if s.test:
+            ingest_text(s.test, root, source=TEST_STATEMENTS, text_field="statement", label_field="label",
+                        ingest_date="2025-01-01")
+    return {"catalog": str(catalog), "tables": len(needed), "train_statements": len(train_lines),
+            "test_statements_file": len(test_lines)}
+
+
+# --- accuracy ---------------------------------------------------------------------------------
+def _test_objects(work: Path, root: Path, test_ids: list[str] | None):
+    import polars as pl
+
+    from training.table_task import example_objects
+
+    source = TEST_STATEMENTS if test_ids is None else STATEMENTS
+    objects = example_objects(root, source, None, TABLES, "table").collect()
+    return objects if test_ids is None else objects.filter(pl.col("sequence_id").is_in(test_ids))
+
+
+def _labels(root: Path, source: str) -> dict[str, str]:
+    from parsers import storage
+
+    labels = storage.read_labels(root, source)
+    return dict(zip(labels["sequence_id"].to_list(), labels["label"].to_list()))
+
+
+def _scores(predicted, perturbed, labels: dict[str, str]) -> dict:
+    a = dict(zip(predicted["sequence_id"].to_list(), predicted["prediction"].to_list()))
+    b = dict(zip(perturbed["sequence_id"].to_list(), perturbed["prediction"].to_list()))
+    ids = sorted(set(a) & set(labels))
+    return {"accuracy": sum(a[i] == labels[i] for i in ids) / len(ids),
+            "perturbed_accuracy": sum(b[i] == labels[i] for i in ids) / len(ids),
+            "variation": sum(a[i] != b[i] for i in ids) / len(ids), "test_statements": len(ids)}
+
+
+def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str, progress: bool) -> tuple[Path, dict]:
+    """Train one variant; returns (its bundle, its training result)."""
+    from training.pipeline import stage_sequences, stage_train
+
+    mode = "interleaved" if variant.startswith("tvmka") else "table"
+    pretrained = "minilm" if variant == "tvmka_minilm" else None
+    model = {**(TABLE_MODEL | {"table_attention": variant} if mode == "table" else {}), **s.config.get("model", {})}
+    if pretrained:
+        model = {k: v for k, v in model.items() if k not in ("max_positions",)}
+    out = work / variant
+    stage_sequences(str(out), TASK, s.size, s.seed, pretrained=pretrained, data_root=str(work / "data"),
+                    model_overrides=model, catalog=catalog, progress=progress)
+    result = stage_train(str(out), TASK, s.size, s.seed, progress=progress, pretrained=pretrained, mode=mode,
+                         train_overrides=s.config.get("train"), model_overrides=model,
+                         data_root=str(work / "data"), tracking_dir=str(work))
+    return Path(result["model_dir"]), result
+
+
+def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labels: dict[str, str]) -> dict:
+    """``majority`` and ``bow_lr`` (module docstring) on the same split."""
+    import numpy as np
+    import polars as pl
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    from parsers import storage
+
+    source = STATEMENTS if test_ids is not None else TEST_STATEMENTS
+    text_of = {}
+    for src in {STATEMENTS, source}:
+        frame = storage.read_objects(work / "data", src).filter(pl.col("key") == "statement")
+        text_of.update(zip(frame["sequence_id"].to_list(), frame["value"].to_list()))
+    test = test_ids if test_ids is not None else sorted(i for i in _labels(work / "data", TEST_STATEMENTS))
+    test_labels = labels if test_ids is not None else _labels(work / "data", TEST_STATEMENTS)
+    y_train = [labels[i] for i in train_ids]
+    values, counts = np.unique(y_train, return_counts=True)
+    majority = values[counts.argmax()]
+    vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2)
+    lr = LogisticRegression(max_iter=2000, C=1.0).fit(vec.fit_transform([text_of[i] for i in train_ids]), y_train)
+    predicted = lr.predict(vec.transform([text_of[i] for i in test]))
+    out = {}
+    for name, pred in (("majority", [majority] * len(test)), ("bow_lr", list(predicted))):
+        acc = float(np.mean([p == test_labels[i] for p, i in zip(pred, test)]))
+        out[name] = {"accuracy": acc, "perturbed_accuracy": acc, "variation": 0.0, "test_statements": len(test)}
+    return out
+
+
+def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) -> dict:
+    import polars as pl
+
+    from training.scoring import load_bundle, score_objects
+
+    prepared = prepare(s, work)
+    labels = {**_labels(work / "data", STATEMENTS)}
+    accuracy, runs, split = {}, {}, None
+    for variant in s.variants:
+        t0 = time.perf_counter()
+        bundle_dir, result = train_variant(variant, s, work, prepared["catalog"], progress)
+        if split is None:
+            split = pl.read_parquet(work / variant / "sequences" / TASK / "splits.parquet")
+        test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
+        bundle = load_bundle(bundle_dir)
+        test_labels = labels if s.test is None else _labels(work / "data", TEST_STATEMENTS)
+        predicted = score_objects(bundle, _test_objects(work, work / "data", test_ids), progress=False)
+        perturbed = score_objects(bundle, _test_objects(work, work / "perturbed", test_ids), progress=False)
+        accuracy[variant] = _scores(predicted, perturbed, test_labels)
+        runs[variant] = {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
+                         "dev": result["metrics"]["dev"]}
+        log.info("bench tables %s: %s", variant, accuracy[variant])
+    train_ids = split.filter(pl.col("split") == "train")["sequence_id"].to_list()
+    test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
+    accuracy.update(baselines(work, train_ids, test_ids, labels))
+    return {"accuracy": accuracy, "runs": runs, "data": prepared,
+            "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")}}
+
+
+# --- scaling ----------------------------------------------------------------------------------
+SCALING_MODEL = {"d_model": 256, "n_layers": 4, "n_heads": 8, "n_shared_heads": 0, "d_ff": 1024, "vocab_size": 4096,
+                 "max_positions": 80, "dropout": 0.0, "attn_dropout": 0.0, "max_rows": 4096, "max_columns": 64,
+                 "mate_global": 32, "mate_radius": 64}
+TEXT_TOKENS, COLUMNS, CELL_TOKENS = 30, 8, 4
+
+
+def synthetic_batch(tokens: int, seed: int = 0):
+    """One statement (TEXT_TOKENS with [CLS] / [SEP]) and a table of COLUMNS columns of
+    CELL_TOKENS-token cells, as many rows as fill ``tokens``: forward's inputs, batch 1."""
+    import torch
+
+    from seqenc.structure import CELL, HEADER, TEXT
+
+    g = torch.Generator().manual_seed(seed)
+    segment, rows, cols, pos = [TEXT] * TEXT_TOKENS, [0] * TEXT_TOKENS, [0] * TEXT_TOKENS, list(range(TEXT_TOKENS))
+    r = 0
+    while len(segment) + COLUMNS * CELL_TOKENS <= tokens:
+        for c in range(1, COLUMNS + 1):
+            segment += [HEADER if r == 0 else CELL] * CELL_TOKENS
+            rows += [r] * CELL_TOKENS
+            cols += [c] * CELL_TOKENS
+            pos += list(range(CELL_TOKENS))
+        r += 1
+    L = len(segment)
+    ids = torch.randint(6, SCALING_MODEL["vocab_size"], (1, L), generator=g)
+    as_tensor = lambda xs: torch.tensor([xs])  # noqa: E731
+    return (ids, (as_tensor(segment) != TEXT).long(), as_tensor(segment), as_tensor(rows), as_tensor(cols),
+            as_tensor(pos), torch.ones(1, L, dtype=torch.bool))
+
+
+def scaling_child(variant: str, tokens: int, repeat: int, threads: int) -> dict:
+    """One row, in this (child) process: the fastest forward + backward of ``repeat`` after a warm-up."""
+    import torch
+
+    from parsers.resources import peak_rss_mb
+    from seqenc.config import TVMKAConfig
+    from seqenc.table_model import TableTextEncoder
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    kind = "mate" if variant == "mate" else variant
+    model = TableTextEncoder(TVMKAConfig(**SCALING_MODEL, table_attention=kind, max_table_tokens=tokens))
+    batch = synthetic_batch(tokens)
+    baseline = peak_rss_mb()
+    times = []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        model(*batch).sum().backward()
+        model.zero_grad(set_to_none=True)
+        if i:  # the first pass warms up
+            times.append(time.perf_counter() - t0)
+    return {"tokens": int(batch[0].shape[1]), "seconds": min(times), "peak_mb": peak_rss_mb(),
+            "baseline_mb": baseline}
+
+
+def bench_scaling(s: TablesBenchSettings, progress: bool = True) -> list[dict]:
+    from tqdm.auto import tqdm
+
+    from training.bench.model import run_isolated
+
+    rows = []
+    failed: dict[str, str] = {}
+    jobs = [(v, t) for t in s.scaling_tokens for v in SCALING_VARIANTS]
+    for variant, tokens in tqdm(jobs, desc="tables scaling", disable=not progress):
+        row = {"variant": variant, "tokens": tokens, "seconds": None, "peak_mb": None}
+        if variant in failed:  # a shorter input of this variant already failed: so does this one
+            rows.append({**row, "status": failed[variant], "predicted": True})
+            continue
+        argv = [sys.executable, "-m", "training.bench.tables", "scale", variant, str(tokens), str(s.repeat),
+                str(s.threads)]
+        status, out, seen_mb = run_isolated(argv, s.max_mb, s.max_seconds)
+        if status == "ok":
+            measured = json.loads(out.strip().splitlines()[-1])
+            row.update(seconds=round(measured["seconds"], 3), peak_mb=round(measured["peak_mb"], 1),
+                       tokens=measured["tokens"])
+        else:
+            row["peak_mb"] = round(seen_mb, 1)
+            failed[variant] = status if status in ("oom", "over_limit") else "oom"
+            status = failed[variant]
+        rows.append({**row, "status": status, "predicted": False})
+    dense = {r["tokens"]: r for r in rows if r["variant"] == "dense" and r["status"] == "ok"}
+    for r in rows:  # ratios against dense at the same length, same run
+        d = dense.get(r["tokens"])
+        if r["status"] == "ok" and d:
+            r["time_vs_dense"] = round(r["seconds"] / d["seconds"], 3)
+            r["memory_vs_dense"] = round(r["peak_mb"] / d["peak_mb"], 3)
+    return rows
+
+
+# --- the whole bench --------------------------------------------------------------------------
+def bench_tables(s: TablesBenchSettings, workdir: str | Path, progress: bool = True, accuracy: bool = True,
+                 scaling: bool = True) -> dict:
+    work = Path(workdir).resolve()
+    out: dict = {"settings": asdict(s)}
+    if accuracy:
+        out.update(bench_accuracy(s, work, progress))
+    if scaling:
+        out["scaling"] = bench_scaling(s, progress)
+    return out
+
+
+def tables_table(r: dict) -> str:
+    lines = []
+    if "accuracy" in r:
+        lines += ["| variant | accuracy | perturbed accuracy | variation | test statements |", "|---|---:|---:|---:|---:|"]
+        for name, a in r["accuracy"].items():
+            lines.append(f"| {name} | {a['accuracy']:.3f} | {a['perturbed_accuracy']:.3f} | {a['variation']:.3f} | "
+                         f"{a['test_statements']} |")
+        lines.append("")
+    if "scaling" in r:
+        lines += ["| variant | tokens | seconds | peak MB | status | time / dense | memory / dense |",
+                  "|---|---:|---:|---:|---|---:|---:|"]
+        for x in r["scaling"]:
+            lines.append(f"| {x['variant']} | {x['tokens']} | {x['seconds'] if x['seconds'] is not None else '-'} | "
+                         f"{x['peak_mb'] if x['peak_mb'] is not None else '-'} | {x['status']}"
+                         f"{' (pred.)' if x.get('predicted') else ''} | {x.get('time_vs_dense', '-')} | "
+                         f"{x.get('memory_vs_dense', '-')} |")
+    return "\n".join(lines)
+
+
+def plot_tables(r: dict, path: Path) -> list[Path]:
+    """``<path>-accuracy.png`` (accuracy and perturbed accuracy per variant) and
+    ``<path>-scaling.png`` (seconds and peak MB against tokens)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    if "accuracy" in r:
+        names = list(r["accuracy"])
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        xs = range(len(names))
+        ax.bar([x - 0.2 for x in xs], [r["accuracy"][n]["accuracy"] for n in names], 0.4, label="accuracy")
+        ax.bar([x + 0.2 for x in xs], [r["accuracy"][n]["perturbed_accuracy"] for n in names], 0.4,
+               label="rows and columns shuffled")
+        ax.set_xticks(list(xs), names, rotation=20)
+        ax.set_ylim(0, 1)
+        ax.legend()
+        ax.set_title("table-text verification, test split by table")
+        fig.tight_layout()
+        written.append(path.with_name(path.stem + "-accuracy.png"))
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    if "scaling" in r:
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+        for v in SCALING_VARIANTS:
+            pts = [(x["tokens"], x["seconds"], x["peak_mb"]) for x in r["scaling"] if x["variant"] == v and x["status"] == "ok"]
+            if pts:
+                a1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=v)
+                a2.plot([p[0] for p in pts], [p[2] for p in pts], marker="o", label=v)
+        for ax, label in ((a1, "seconds (forward + backward)"), (a2, "peak MB")):
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_xlabel("tokens")
+            ax.set_ylabel(label)
+        a1.legend()
+        fig.tight_layout()
+        written.append(path.with_name(path.stem + "-scaling.png"))
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written
+
+
+if __name__ == "__main__":  # a scaling child: scale VARIANT TOKENS REPEAT THREADS
+    if sys.argv[1] == "scale":
+        print(json.dumps(scaling_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))
