@@ -137,7 +137,9 @@ class ValueTokenizer:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
     @classmethod
-    def train(cls, texts: Iterable[str], vocab_size: int = 8192, min_frequency: int = 2) -> ValueTokenizer:
+    def train(cls, texts: Iterable[str] | Iterable[list[str]], vocab_size: int = 8192,
+              min_frequency: int = 2) -> ValueTokenizer:
+        """A WordPiece vocabulary from ``texts`` (strings, or lists of strings: batches)."""
         # no "##" prefix: deterministic training (module docstring); the decoder, which joins
         # only "##" pieces, then puts a space between every two tokens
         tok = Tokenizer(models.WordPiece(unk_token=UNK, continuing_subword_prefix=""))

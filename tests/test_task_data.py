@@ -53,3 +53,27 @@ def test_max_sequences_keeps_a_stable_sample_whole(root):
     assert set(kept) & day2_all <= set(day2_sample["sequence_id"])
     with pytest.raises(ValueError):
         Task(source="h", kind="anomaly", max_sequences=0)
+
+
+def test_grouped_and_fixed_splits_keep_a_group_in_one_split():
+    import numpy as np
+
+    from training.task_data import assign_splits
+
+    ids = [f"s{i}" for i in range(200)]
+    groups = pl.DataFrame({"sequence_id": ids, "group": [f"t{i % 23}" for i in range(200)]})
+    task = Task(source="h", kind="binary", positive="1", table_source="tables")
+    group_of = dict(zip(groups["sequence_id"], groups["group"]))
+    for split in ("grouped", "fixed"):
+        got = assign_splits(ids, np.zeros(200, dtype=np.int64), split, 0, task, groups=groups)
+        per_group: dict[str, set[str]] = {}
+        for s, name in zip(ids, got):
+            per_group.setdefault(group_of[s], set()).add(name)
+        assert all(len(v) == 1 for v in per_group.values()), split
+        assert {"train", "dev", "test"} <= set(got), split
+    again = assign_splits(ids, np.zeros(200, dtype=np.int64), "grouped", 0, task, groups=groups)
+    other = assign_splits(ids, np.zeros(200, dtype=np.int64), "grouped", 1, task, groups=groups)
+    assert again == assign_splits(ids, np.zeros(200, dtype=np.int64), "grouped", 0, task, groups=groups)
+    assert again != other  # seeded
+    with pytest.raises(ValueError, match="group"):
+        assign_splits(ids, np.zeros(200, dtype=np.int64), "grouped", 0, task)

@@ -43,7 +43,8 @@ from training.table_task import example_objects, groups_of, join_tables
 log = logging.getLogger(__name__)
 
 UNLABELLED = -1
-TIME_SPLIT = (0.7, 0.15, 0.15)  # split = "time": oldest train, then dev, newest test
+TIME_SPLIT = (0.7, 0.15, 0.15)
+TEXT_BATCH = 100_000  # texts handed to the WordPiece trainer at a time  # split = "time": oldest train, then dev, newest test
 
 
 def task_objects(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
@@ -159,7 +160,10 @@ def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int,
     memory or lazy) or ``grouped`` (``groups``, training.table_task.groups_of: whole groups,
     shuffled with the seed, fill test, then dev, then train, to about 20 / 20 / 60 % of the
     sequences; a sequence without a group is a group of its own)."""
-    if split == "fixed":
+    if split == "fixed":  # by the group when the task has one (a table task: by table), else by the id
+        if groups is not None:
+            group_of = dict(zip(groups["sequence_id"].to_list(), groups["group"].to_list()))
+            return fixed_split([group_of.get(s, s) for s in sequence_ids])
         return fixed_split(sequence_ids)
     if split == "grouped":
         if groups is None:
@@ -197,11 +201,13 @@ def fit_tokenizer(train_rows: Callable[[], Iterable[pl.DataFrame]], model_cfg: d
     (``key``, ``values``) a batch at a time, in sequence order, and is called once per pass (the
     keys, then the values, then the bins), so a week need not be in memory at once: the texts
     reach the trainer in the order of one frame's ``keys + values.explode()``."""
-    def texts():
+    def texts():  # batches of texts (the trainer takes lists: no Python step per text)
         for rows in train_rows():
-            yield from rows["key"].to_list()
+            yield rows["key"].to_list()
         for rows in train_rows():
-            yield from rows["values"].explode().drop_nulls().to_list()
+            values = rows["values"].explode().drop_nulls()
+            for start in range(0, values.len(), TEXT_BATCH):
+                yield values.slice(start, TEXT_BATCH).to_list()
 
     tok = (ValueTokenizer.from_bert(pretrained) if pretrained
            else ValueTokenizer.train(texts(), vocab_size=model_cfg["vocab_size"]))

@@ -1,0 +1,32 @@
+"""seqenc bench tables on a few real TabFact tables (tiny sizes): the JSON contract, TableFormer's
+zero variation under row / column shuffles end to end, and the scaling rows."""
+
+import json
+
+from shared_data import DATA, require
+
+from training.cli import main
+
+
+def test_bench_tables_writes_the_contract(tmp_path):
+    src = require(DATA / "tabfact")
+    out = tmp_path / "tables.json"
+    assert main(["bench", "tables", "--tables", str(src / "tables"), "--train", str(src / "val.jsonl"),
+                 "--json", str(out), "--size", "tiny", "--max-tables", "12", "--scaling-tokens", "128",
+                 "--variants", "tableformer,tvmka",
+                 "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
+    r = json.loads(out.read_text())
+    # every variant trains and scores through the CLI in tests/test_table_task.py; here two, and the baselines
+    assert set(r["accuracy"]) == {"tableformer", "tvmka", "majority", "bow_lr"}
+    for name, a in r["accuracy"].items():
+        assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
+        assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1
+    assert r["accuracy"]["tableformer"]["variation"] == 0.0  # exactly invariant, through ingest and scoring
+    assert r["accuracy"]["tableformer"]["accuracy"] == r["accuracy"]["tableformer"]["perturbed_accuracy"]
+    rows = {(x["variant"], x["tokens"]) for x in r["scaling"]}
+    assert {t for _, t in rows} <= {128} and len(rows) == 4
+    assert {v for v, _ in rows} == {"dense", "mate_mask", "mate", "tableformer"}
+    for x in r["scaling"]:
+        assert set(x) >= {"variant", "tokens", "seconds", "peak_mb", "status"} and x["status"] == "ok"
+    assert out.with_suffix(".md").is_file() and (tmp_path / "tables-accuracy.png").is_file()
+    assert (tmp_path / "tables-scaling.png").is_file()
