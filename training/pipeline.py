@@ -259,7 +259,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode, **train_overrides}
     if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
-    if pretrained and mode in ("joint", "record_view"):
+    if pretrained and mode in ("joint", "record_view", "table"):
         raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave or flattened")
     if pretrained:
         depth = {"n_layers": pretrained_layers} if pretrained_layers else {}

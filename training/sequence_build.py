@@ -10,9 +10,10 @@ memory follows ``chunk_sequences`` sequences, not the week:
    and its objects dropped. A task of at most ``chunk_sequences`` sequences is one bucket, built
    in memory without a spill;
 2. **split**: labels and train / dev / test per sequence (only ids and labels in memory);
-3. **vocabulary**: WordPiece and numeric bins from the train rows, read bucket by bucket
-   (training.task_data.fit_tokenizer; the bins exact up to seqenc.numeric.MAX_FIT_VALUES numbers
-   per key, a thinned sample past it);
+3. **vocabulary**: WordPiece from the train rows of at most VOCAB_SEQUENCES train sequences
+   (training.task_data.vocab_sample: a stable sample by id hash) and numeric bins from every train
+   row, read bucket by bucket (training.task_data.fit_tokenizer; the bins exact up to
+   seqenc.numeric.MAX_FIT_VALUES numbers per key, a thinned sample past it);
 4. **windows**: each bucket tokenised and appended to ``windows.parquet`` (and a next_item
    task's ``item_history.parquet``), so neither is ever whole in memory here.
 
@@ -47,6 +48,7 @@ from training.task_data import (
     item_history_frame,
     label_vector,
     value_sequences,
+    vocab_sample,
     windows_of,
     write_task,
 )
@@ -118,9 +120,12 @@ def build_sequences(out: Path, task_name: str, task: Task, inp: TaskInput, split
                                  "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
         split_df.write_parquet(out / "splits.parquet")
 
-        train_ids = split_df.filter(pl.col("split") == "train")["sequence_id"].implode()
-        tok = fit_tokenizer(lambda: (vs.filter(pl.col("sequence_id").is_in(train_ids)) for vs in parts.frames()),
-                            model_cfg, pretrained)
+        train = split_df.filter(pl.col("split") == "train")["sequence_id"]
+        vocab = pl.Series(vocab_sample(train.to_list()), dtype=pl.String).implode()
+        train = train.implode()
+        tok = fit_tokenizer(lambda: (vs.filter(pl.col("sequence_id").is_in(train)) for vs in parts.frames()),
+                            model_cfg, pretrained,
+                            lambda: (vs.filter(pl.col("sequence_id").is_in(vocab)) for vs in parts.frames()))
         tok.save(out / "tokenizer.json")
         stats = _write_windows(out, parts, tok, model_cfg, task, inp.classes, progress)
 

@@ -44,7 +44,8 @@ log = logging.getLogger(__name__)
 
 UNLABELLED = -1
 TIME_SPLIT = (0.7, 0.15, 0.15)
-TEXT_BATCH = 100_000  # texts handed to the WordPiece trainer at a time  # split = "time": oldest train, then dev, newest test
+TEXT_BATCH = 100_000  # texts handed to the WordPiece trainer at a time
+VOCAB_SEQUENCES = 50_000  # train sequences the WordPiece vocabulary is learnt from, at most (vocab_sample)  # split = "time": oldest train, then dev, newest test
 
 
 def task_objects(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
@@ -193,18 +194,35 @@ def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int,
     return out.tolist()
 
 
+def vocab_sample(train_ids: list[str], limit: int | None = None) -> list[str]:
+    """The train sequences whose keys and values the WordPiece vocabulary is learnt from: all of
+    them up to ``limit``, else the ``limit`` with the smallest hash of their id (a stable sample).
+    Choice: the trainer's word counts grow with the distinct words it is fed (a week of HDFS
+    blocks: past 6 GB and rising), while a 4,096-piece vocabulary is settled by a sample; the
+    numeric bins still see every train value (seqenc.numeric.BinFitter)."""
+    limit = VOCAB_SEQUENCES if limit is None else limit
+    if len(train_ids) <= limit:
+        return list(train_ids)
+    ids = pl.Series(train_ids, dtype=pl.String)
+    return pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(limit)["id"].to_list()
+
+
 def fit_tokenizer(train_rows: Callable[[], Iterable[pl.DataFrame]], model_cfg: dict,
-                  pretrained: str | None = None) -> ValueTokenizer:
+                  pretrained: str | None = None,
+                  vocab_rows: Callable[[], Iterable[pl.DataFrame]] | None = None) -> ValueTokenizer:
     """A WordPiece vocabulary from the train sequences' keys and values (or the pre-trained
     checkpoint's) with numeric bins fitted on the train values (seqenc.numeric), and the markers
     the model config turns on. ``train_rows()`` yields the train rows of the value sequences
     (``key``, ``values``) a batch at a time, in sequence order, and is called once per pass (the
     keys, then the values, then the bins), so a week need not be in memory at once: the texts
-    reach the trainer in the order of one frame's ``keys + values.explode()``."""
+    reach the trainer in the order of one frame's ``keys + values.explode()``. ``vocab_rows``
+    (default ``train_rows``): the rows the vocabulary is learnt from (:func:`vocab_sample`)."""
+    vocab_rows = vocab_rows or train_rows
+
     def texts():  # batches of texts (the trainer takes lists: no Python step per text)
-        for rows in train_rows():
+        for rows in vocab_rows():
             yield rows["key"].to_list()
-        for rows in train_rows():
+        for rows in vocab_rows():
             values = rows["values"].explode().drop_nulls()
             for start in range(0, values.len(), TEXT_BATCH):
                 yield values.slice(start, TEXT_BATCH).to_list()
@@ -259,7 +277,10 @@ def vocab_and_windows(value_seqs: pl.DataFrame, train_ids: pl.Series, model_cfg:
     """:func:`fit_tokenizer` on the train sequences of an in-memory ``value_seqs`` and
     :func:`windows_of` every sequence (training.sequence_build does the same a bucket at a time)."""
     train_rows = value_seqs.join(pl.DataFrame({"sequence_id": train_ids}), on="sequence_id", how="semi")
-    tok = fit_tokenizer(lambda: [train_rows], model_cfg, pretrained)
+    vocab = vocab_sample(train_ids.to_list())
+    vocab_rows = train_rows if len(vocab) == train_ids.len() else \
+        train_rows.filter(pl.col("sequence_id").is_in(pl.Series(vocab, dtype=pl.String).implode()))
+    tok = fit_tokenizer(lambda: [train_rows], model_cfg, pretrained, lambda: [vocab_rows])
     return tok, windows_of(value_seqs, tok, model_cfg)
 
 
