@@ -141,7 +141,7 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
     # the end-to-end modes read the objects of the same interval (same block ids on both dates)
     seq_dir = out / "sequences" / "anomaly"
     assert json.loads((seq_dir / "input.json").read_text())["ingest_dates"] == ["2030-01-02"]
-    assert task_data.sequence_objects(seq_dir, out / "data", "hdfs").height == before
+    assert task_data.sequence_objects(seq_dir, out / "data", task_data.read_task(seq_dir)[1]).height == before
 
 
 def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):

@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -212,11 +214,14 @@ def log_bundle_model(bundle: str | Path, registered_name: str) -> str:
     inputs = Schema([ColSpec("string", "sequence_id"), ColSpec("long", "step"), ColSpec("string", "key"),
                      ColSpec("string", "value"), ColSpec("long", "template_id", required=False)])
     outputs = Schema([ColSpec("string", "sequence_id"), ColSpec("double", "score"), ColSpec("string", "prediction")])
-    info = mlflow.pyfunc.log_model(
-        name="model", python_model=str(Path(__file__).with_name("mlflow_model.py")),
-        artifacts={"bundle": str(bundle)}, registered_model_name=registered_name,
-        model_config={"device": "cpu"},  # where it serves; a loader may override: load_model(..., model_config=)
-        signature=ModelSignature(inputs, outputs), pip_requirements=[f"seqenc=={version('seqenc')}"])
+    with tempfile.TemporaryDirectory() as tmp:  # MLflow names the artifact after the folder: "bundle"
+        named = Path(tmp) / "bundle"
+        shutil.copytree(Path(bundle).resolve(), named)  # the saved version (MLflow refuses links out of it)
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=str(Path(__file__).with_name("mlflow_model.py")),
+            artifacts={"bundle": str(named)}, registered_model_name=registered_name,
+            model_config={"device": "cpu"},  # where it serves; a loader may override: load_model(..., model_config=)
+            signature=ModelSignature(inputs, outputs), pip_requirements=[f"seqenc=={version('seqenc')}"])
     return str(info.registered_model_version)
 
 
