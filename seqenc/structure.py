@@ -96,16 +96,14 @@ def _sort_order(ids: torch.Tensor, segment: torch.Tensor, attention_mask: torch.
 class MateView:
     """One view (rows or columns) of MATE's efficient attention, laid out once per input and
     reused by every layer: the sort ``order`` [B, L], the global section ``G``, ``n`` buckets of
-    ``radius`` (the long part padded by ``extra``), the bucket windows ``win`` [n, 3R] (indexes
-    into the long part with one empty bucket on either side) and the additive masks of the
-    global queries [B, 1, G, L] and the long queries [B, 1, n, R, G + 3R]."""
+    ``radius`` (the long part padded by ``extra``) and the additive masks of the global queries
+    [B, 1, G, L] and the long queries [B, 1, n, R, G + 3R] (keys: G global, then buckets b-1, b, b+1)."""
 
     order: torch.Tensor
     G: int
     n: int
     radius: int
     extra: int
-    win: torch.Tensor | None
     global_bias: torch.Tensor
     long_bias: torch.Tensor | None
 
@@ -131,7 +129,7 @@ def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype:
     pos = torch.arange(L, device=device).expand(B, L)
     global_bias = bias(allowed(pos[:, :G], pos))[:, None]  # [B, 1, G, L]
     if G == L:
-        return MateView(order, G, 0, radius, 0, None, global_bias, None)
+        return MateView(order, G, 0, radius, 0, global_bias, None)
     n = -(-(L - G) // radius)
     extra = n * radius - (L - G)
     filler = lambda k: torch.full((B, k), -1, device=device, dtype=pos.dtype)  # noqa: E731
@@ -141,7 +139,7 @@ def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype:
     wpos, qpos = lkp[:, win], lp.view(B, n, radius)  # [B, n, 3R], [B, n, R]
     g_ok = allowed(qpos.clamp(min=0), pos[:, None, :G].expand(B, n, G))  # [B, n, R, G]
     w_ok = allowed(qpos.clamp(min=0), wpos.clamp(min=0)) & (wpos >= 0)[:, :, None, :]  # [B, n, R, 3R]
-    return MateView(order, G, n, radius, extra, win, global_bias, bias(torch.cat([g_ok, w_ok], -1))[:, None])
+    return MateView(order, G, n, radius, extra, global_bias, bias(torch.cat([g_ok, w_ok], -1))[:, None])
 
 
 def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_heads: int, global_len: int,

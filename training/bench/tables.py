@@ -143,7 +143,7 @@ def prepare(s: TablesBenchSettings, work: Path) -> dict:
 
 
 # --- accuracy ---------------------------------------------------------------------------------
-def _test_objects(work: Path, root: Path, test_ids: list[str] | None):
+def _test_objects(root: Path, test_ids: list[str] | None):
     import polars as pl
 
     from training.table_task import example_objects
@@ -222,24 +222,23 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
     from training.scoring import load_bundle, score_objects
 
     prepared = prepare(s, work)
-    labels = {**_labels(work / "data", STATEMENTS)}
-    accuracy, runs, split = {}, {}, None
+    labels = _labels(work / "data", STATEMENTS)
+    test_labels = labels if s.test is None else _labels(work / "data", TEST_STATEMENTS)
+    accuracy, runs, split, test_ids = {}, {}, None, None
     for variant in s.variants:
         t0 = time.perf_counter()
         bundle_dir, result = train_variant(variant, s, work, prepared["catalog"], progress)
-        if split is None:
+        if split is None:  # the same data and seed: every variant's split is the first's
             split = pl.read_parquet(work / variant / "sequences" / TASK / "splits.parquet")
-        test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
+            test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
         bundle = load_bundle(bundle_dir)
-        test_labels = labels if s.test is None else _labels(work / "data", TEST_STATEMENTS)
-        predicted = score_objects(bundle, _test_objects(work, work / "data", test_ids), progress=False)
-        perturbed = score_objects(bundle, _test_objects(work, work / "perturbed", test_ids), progress=False)
+        predicted = score_objects(bundle, _test_objects(work / "data", test_ids), progress=False)
+        perturbed = score_objects(bundle, _test_objects(work / "perturbed", test_ids), progress=False)
         accuracy[variant] = _scores(predicted, perturbed, test_labels)
         runs[variant] = {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
                          "dev": result["metrics"]["dev"]}
         log.info("bench tables %s: %s", variant, accuracy[variant])
     train_ids = split.filter(pl.col("split") == "train")["sequence_id"].to_list()
-    test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
     accuracy.update(baselines(work, train_ids, test_ids, labels))
     return {"accuracy": accuracy, "runs": runs, "data": prepared,
             "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")}}
