@@ -89,17 +89,25 @@ def key_representations(
     where the TVM is.
 
     The TVM runs in eval mode (no dropout, no DropHead); its training mode is restored after.
+    A window that occurs more than once (a table's column joined to each of its statements, a
+    constant key across sessions) is encoded once: in eval mode its [CLS] vector depends on its
+    tokens only.
     """
     was_training = tvm.training
     tvm.eval()
-    lengths = np.fromiter((len(w) for w in data.windows), dtype=np.int64, count=len(data.windows))
-    cls_vectors = torch.empty(len(data.windows), tvm.config.d_model)
+    first: dict[tuple, int] = {}  # window tokens -> its unique index
+    window_unique = np.fromiter((first.setdefault(tuple(w), len(first)) for w in data.windows),
+                                dtype=np.int64, count=len(data.windows))
+    unique = list(first)
+    lengths = np.fromiter((len(w) for w in unique), dtype=np.int64, count=len(unique))
+    cls_vectors = torch.empty(len(unique), tvm.config.d_model)
     for idx in tqdm(length_batches(lengths, batch_tokens), desc="key representations",
                     disable=not progress, leave=False):
-        ids, mask = pad_batch([data.windows[i] for i in idx], pad_id)
+        ids, mask = pad_batch([list(unique[i]) for i in idx], pad_id)
         cls_vectors[torch.as_tensor(idx)] = tvm.key_representations(*to_model((ids, mask), tvm)).float().cpu()
     tvm.train(was_training)
-    return pool_windows(cls_vectors, torch.as_tensor(data.window_key), len(data.keys))
+    return pool_windows(cls_vectors[torch.as_tensor(window_unique)], torch.as_tensor(data.window_key),
+                        len(data.keys))
 
 
 def gather_keys(kr: torch.Tensor, offsets: np.ndarray, seq_index: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

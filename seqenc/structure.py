@@ -151,56 +151,56 @@ def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_h
 
 
 def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torch.Tensor:
-    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d]."""
+    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d] -> the
+    outputs [B, h, L, d] in the view's sorted order."""
     B, h, L, d = q.shape
     G, n, R = view.G, view.n, view.radius
-    gather = view.order[:, None, :, None].expand(-1, h, -1, d)
-    q, k, v = (t.gather(2, gather) for t in (q, k, v))
-    scale = 1.0 / math.sqrt(d)
+    # sort by rows of [B, L, h, d] (the projections' own layout: contiguous h * d per token)
+    batch = torch.arange(B, device=q.device)[:, None]
+    q, k, v = (t.transpose(1, 2)[batch, view.order].transpose(1, 2) for t in (q, k, v))
+    q = q * (1.0 / math.sqrt(d))  # scaled once here, not per score
     # the global section attends to everything: [B, h, G, L]
-    scores = (q[:, :, :G] @ k.transpose(-2, -1)) * scale + view.global_bias
+    scores = q[:, :, :G] @ k.transpose(-2, -1) + view.global_bias
     out_global = F.dropout(scores.softmax(-1), dropout_p, training) @ v  # [B, h, G, d]
     if n == 0:
-        return _unsort(out_global, view.order)
-    # the long part in buckets of R; each bucket sees the global section and buckets b-1, b, b+1
-    lq = torch.cat([q[:, :, G:], q.new_zeros(B, h, view.extra, d)], 2).view(B, h, n, R, d)
+        return out_global
+    # the long part in buckets of R; each bucket sees the global section and buckets b-1, b, b+1:
+    # one gather of those G + 3R keys per bucket (index 0 of the padded keys is an empty slot)
+    lq = F.pad(q[:, :, G:], (0, 0, 0, view.extra)).view(B, h, n, R, d)
+    keys = _bucket_keys(G, n, R, L, q.device)  # [n (G + 3R)]
 
-    def buckets(t):  # [B, h, n + 2, R, d]: the long part's buckets, one empty bucket on either side
-        return torch.cat([t.new_zeros(B, h, R, d), t[:, :, G:], t.new_zeros(B, h, view.extra + R, d)], 2) \
-            .view(B, h, n + 2, R, d)
+    def windows(t):  # [B, h, n, G + 3R, d]
+        return F.pad(t, (0, 0, 1, 0))[:, :, keys].view(B, h, n, G + 3 * R, d)
 
-    kb, vb = buckets(k), buckets(v)
-    shifts = [slice(0, n), slice(1, n + 1), slice(2, n + 2)]  # buckets b-1, b, b+1 of each bucket b (views)
-    scores = [torch.einsum("bhnrd,bhgd->bhnrg", lq, k[:, :, :G])]
-    scores += [lq @ kb[:, :, sh].transpose(-2, -1) for sh in shifts]  # [B, h, n, R, R] each
-    probs = torch.cat(scores, -1) * scale + view.long_bias  # [B, h, n, R, G + 3R]
+    probs = lq @ windows(k).transpose(-2, -1) + view.long_bias  # [B, h, n, R, G + 3R]
     probs = F.dropout(probs.softmax(-1), dropout_p, training)
-    out_long = torch.einsum("bhnrg,bhgd->bhnrd", probs[..., :G], v[:, :, :G])
-    for i, sh in enumerate(shifts):
-        out_long = out_long + probs[..., G + i * R:G + (i + 1) * R] @ vb[:, :, sh]
-    out_long = out_long.reshape(B, h, n * R, d)[:, :, :L - G]
-    return _unsort(torch.cat([out_global, out_long], 2), view.order)
+    out_long = (probs @ windows(v)).reshape(B, h, n * R, d)[:, :, :L - G]
+    return torch.cat([out_global, out_long], 2)
 
 
-def _unsort(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    """Put sorted outputs [B, h, L, d] back in input order."""
-    out = torch.empty_like(x)
-    out.scatter_(2, order[:, None, :, None].expand(-1, x.size(1), -1, x.size(3)), x)
-    return out
+def _bucket_keys(G: int, n: int, R: int, L: int, device) -> torch.Tensor:
+    """[n * (G + 3R)] per bucket b: the global section, then buckets b-1, b, b+1 of the long part,
+    as indices into the keys with one empty slot (0) in front; a key outside the long part is 0."""
+    long = torch.arange(n, device=device)[:, None] * R + torch.arange(3 * R, device=device) - R  # [n, 3R]
+    long = torch.where((long >= 0) & (long < L - G), long + G + 1, 0)
+    glob = torch.arange(1, G + 1, device=device).expand(n, G)
+    return torch.cat([glob, long], 1).flatten()
 
 
 def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_row_heads: int,
                    dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
     """MATE's efficient attention (module docstring): q, k, v [B, h, L, d] -> [B, h, L, d];
     heads [0, n_row_heads) through the row view of ``layout`` (:func:`mate_layout`), the
-    others through the column view."""
-    rows, cols = layout
-    parts = []
-    if rows is not None:
-        parts.append(_bucketed(q[:, :n_row_heads], k[:, :n_row_heads], v[:, :n_row_heads], rows, dropout_p, training))
-    if cols is not None:
-        parts.append(_bucketed(q[:, n_row_heads:], k[:, n_row_heads:], v[:, n_row_heads:], cols, dropout_p, training))
-    return torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+    others through the column view. Each group's outputs go back to input order in one
+    buffer laid out [B, L, h, d], as the output projection reads it."""
+    B, h, L, d = q.shape
+    batch = torch.arange(B, device=q.device)[:, None]
+    out = q.new_empty(B, L, h, d)
+    for view, heads in ((layout[0], slice(0, n_row_heads)), (layout[1], slice(n_row_heads, h))):
+        if view is not None:
+            sorted_out = _bucketed(q[:, heads], k[:, heads], v[:, heads], view, dropout_p, training)
+            out[batch, view.order, heads] = sorted_out.transpose(1, 2)
+    return out.transpose(1, 2)
 
 
 # --- TableFormer ------------------------------------------------------------------------------

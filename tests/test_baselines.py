@@ -239,3 +239,25 @@ def test_baselines_save_and_load_as_safetensors_directories(tmp_path, tok):
     assert torch.equal(flat(*inputs), FlattenedEncoder.from_pretrained(tmp_path / "flat").eval()(*inputs))
     with pytest.raises(ValueError, match="holds a FlattenedEncoder, not a TVMKA"):
         TVMKA.from_pretrained(tmp_path / "flat")
+
+
+def test_key_representations_encode_a_repeated_window_once_with_the_same_result(tok, monkeypatch):
+    torch.manual_seed(0)
+    model = TVMKA(tiny_config(vocab_size=tok.vocab_size, max_positions=8))
+    data = _value_data(tok)
+    windows = [tuple(w) for w in data.windows]
+    assert len(set(windows)) < len(windows)  # "status" ok0 / "port" 50000 repeat across sequences
+    kr = key_representations(model.tvm, data, tok.pad_id, progress=False)
+
+    seen = []
+    encode = model.tvm.key_representations
+    monkeypatch.setattr(model.tvm, "key_representations", lambda ids, mask: seen.append(len(ids)) or encode(ids, mask))
+    again = key_representations(model.tvm, data, tok.pad_id, progress=False)
+    assert sum(seen) == len(set(windows)) and torch.equal(kr, again)
+    # each key's KR is the mean of its windows' [CLS] vectors, each window encoded on its own
+    model.tvm.eval()
+    with torch.no_grad():
+        alone = torch.cat([encode(torch.tensor([w]), torch.ones(1, len(w), dtype=torch.bool)) for w in data.windows])
+    pooled = torch.zeros(len(data.keys), alone.size(1)).index_add_(0, torch.as_tensor(data.window_key), alone)
+    counts = torch.bincount(torch.as_tensor(data.window_key), minlength=len(data.keys)).clamp(min=1)
+    assert torch.allclose(kr, pooled / counts[:, None], atol=1e-5)

@@ -277,7 +277,8 @@ def add_bench_parser(sub) -> None:
     bt.add_argument("--json", required=True, help="output JSON (a .md table and .png plots go beside it)")
     bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm")))
     bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
-    bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}} (JSON or a file)')
+    bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}, "variants": '
+                    '{"tvmka_minilm": {"train": {...}}}} (JSON or a file)')
     bt.add_argument("--seed", type=int, default=0)
     bt.add_argument("--max-tables", type=int, default=None, help="a seeded sample of the train file's tables")
     bt.add_argument("--scaling-tokens", default="512,1024,2048,4096,8192", metavar="N1,N2,...")

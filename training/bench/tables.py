@@ -23,7 +23,9 @@ again with its rows and its columns shuffled (a seed per table), ingested into a
 root; the same test statements are scored against those tables. ``perturbed_accuracy`` is the
 accuracy there, ``variation`` the share of test statements whose prediction changed
 (TableFormer's "variation percentage"). Settings (model size, steps) are the ``--size``'s,
-chosen before any test figure was seen; ``--config`` overrides them.
+chosen before any test figure was seen; ``--config`` overrides them, for every variant
+(``model``, ``train``) or for one (``variants.<name>.model`` / ``.train``, e.g. fewer steps for
+the pre-trained MiniLM, whose every step costs ~30 times a demo model's).
 
 **scaling** (``[{"variant", "tokens", "seconds", "peak_mb", "status"}]``): one forward and
 backward pass of the table encoder (d_model 256, 4 layers, 8 heads; batch 1) on a synthetic
@@ -82,7 +84,8 @@ class TablesBenchSettings:
     test: str | None = None
     variants: tuple[str, ...] = VARIANTS
     size: str = "demo"
-    config: dict = field(default_factory=dict)  # {"model": ..., "train": ...} on top of the size's
+    # {"model": ..., "train": ..., "variants": {variant: {"model": ..., "train": ...}}} on top of the size's
+    config: dict = field(default_factory=dict)
     seed: int = 0
     max_tables: int | None = None  # a seeded sample of the train file's tables (quick runs)
     scaling_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
@@ -175,14 +178,17 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
 
     mode = "interleaved" if variant.startswith("tvmka") else "table"
     pretrained = "minilm" if variant == "tvmka_minilm" else None
-    model = {**(TABLE_MODEL | {"table_attention": variant} if mode == "table" else {}), **s.config.get("model", {})}
+    own = s.config.get("variants", {}).get(variant, {})  # this variant's overrides win
+    model = {**(TABLE_MODEL | {"table_attention": variant} if mode == "table" else {}), **s.config.get("model", {}),
+             **own.get("model", {})}
+    train = {**s.config.get("train", {}), **own.get("train", {})} or None
     if pretrained:
         model = {k: v for k, v in model.items() if k not in ("max_positions",)}
     out = work / variant
     stage_sequences(str(out), TASK, s.size, s.seed, pretrained=pretrained, data_root=str(work / "data"),
                     model_overrides=model, catalog=catalog, progress=progress)
     result = stage_train(str(out), TASK, s.size, s.seed, progress=progress, pretrained=pretrained, mode=mode,
-                         train_overrides=s.config.get("train"), model_overrides=model,
+                         train_overrides=train, model_overrides=model,
                          data_root=str(work / "data"), tracking_dir=str(work))
     return Path(result["model_dir"]), result
 
