@@ -99,8 +99,9 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.n_heads, self.d_head = config.n_heads, config.d_head
         self.n_shared = config.n_shared_heads if shared is not None else 0
-        if (shared is None) != (config.n_shared_heads == 0):
-            raise ValueError("pass SharedHeadProjections exactly when n_shared_heads > 0")
+        if shared is not None and config.n_shared_heads == 0:
+            raise ValueError("SharedHeadProjections given, but n_shared_heads is 0")
+        # no SharedHeadProjections: every head private (a KA deeper than the TVM, seqenc.model)
         self.shared = shared
         private = (self.n_heads - self.n_shared) * self.d_head
         self.query = nn.Linear(config.d_model, private) if private else None

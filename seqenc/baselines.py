@@ -45,7 +45,7 @@ from seqenc.inference import pad_batch, to_model
 from seqenc.links import link_flags, long_repeat_flags
 from seqenc.model import TVMKA, Embeddings, Encoder, SaveLoadMixin, init_weights, pool_windows, read_architecture
 from seqenc.sequences import TokenizedSequences
-from seqenc.table_model import TableTextEncoder
+from seqenc.table_model import TABLE_MODELS
 from seqenc.tokenizer import ValueTokenizer
 
 log = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ class JointTVMKA(TVMKA):
 
 # --- any model: inference and loading -----------------------------------------------------------
 
-END_TO_END_MODELS = (JointTVMKA, FlattenedEncoder, RecordViewEncoder, TableTextEncoder)
+END_TO_END_MODELS = (JointTVMKA, FlattenedEncoder, RecordViewEncoder, *TABLE_MODELS)
 # every model class a saved directory may hold, by the name its architecture.json gives
 MODEL_CLASSES = {cls.__name__: cls for cls in (TVMKA, *END_TO_END_MODELS)}
 

@@ -22,7 +22,8 @@ TRAINING_MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_
 # sizes default to the measured best, "paper" restores the TVM-KA paper's 2 TVM : 1 KA steps
 TRAINING_PRESETS = {"paper": {"train": {"tvm_ka_ratio": 2.0}}}
 TVM_POSITIONS = ("sequence", "within_value")
-TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer")  # seqenc.table_model
+TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer", "mafid")  # seqenc.table_model, seqenc.mafid
+KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
 # model settings a task kind gets unless its config says otherwise (the measured best, docs/training.md;
 # the paper's plain next-item head is ``{"item_history": false}``, its S(k) ``{"value_end": false}``)
 TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True}}
@@ -91,6 +92,14 @@ class TVMKAConfig:
     # residual stream, so the [CLS] output (KR) barely depends on the values.
     initializer_range: float | None = None
 
+    # --- the KA's depth and initialisation (seqenc.fixup) ------------------------------------
+    # ka_layers: the KA's own depth (None: n_layers); KA layer i < n_layers shares the TVM layer
+    # i's heads, deeper KA layers have private heads only. ka_init "dt_fixup" (Xu et al., 2021):
+    # the KA's layers without LayerNorm, Xavier-initialised and scaled by N^-1/2 / (2 mu) once the
+    # KA's input norm mu is measured on the training data; no KA warm-up.
+    ka_layers: int | None = None
+    ka_init: str = "default"
+
     # --- DropHead on the shared heads, TVM only, training only (paper: 0.2) ----------------
     drophead: float = 0.2
 
@@ -143,6 +152,11 @@ class TVMKAConfig:
     mate_global: int = 66  # the efficient MATE's global section G: [CLS] + 64 text tokens + [SEP]
     mate_radius: int = 64  # its bucket size R: exact while a row / column has at most R tokens
     max_table_tokens: int = 512  # the whole text + table sequence (positions are per cell: max_positions)
+    # table_attention "mafid" (seqenc.mafid): the EMA across rows ("lowdim", "full" or "none"), its
+    # reduction K (d_model / K channels) and the tanh gates (False: the ablation without gates)
+    mafid_ema: str = "lowdim"
+    mafid_reduction: int = 4
+    mafid_gate: bool = True
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -169,12 +183,20 @@ class TVMKAConfig:
             raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
         if self.table_attention not in TABLE_ATTENTIONS:
             raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
+        if self.ka_layers is not None and self.ka_layers < 1:
+            raise ValueError(f"ka_layers={self.ka_layers} must be >= 1 (or None: n_layers)")
+        if self.ka_init not in KA_INITS:
+            raise ValueError(f"ka_init={self.ka_init!r} is not one of {KA_INITS}")
         if self.mate_row_heads is not None and not 0 <= self.mate_row_heads <= self.n_heads:
             raise ValueError(f"mate_row_heads={self.mate_row_heads} must lie in [0, {self.n_heads}]")
 
     @property
     def init_std(self) -> float:
         return self.initializer_range if self.initializer_range is not None else self.d_model ** -0.5
+
+    @property
+    def ka_depth(self) -> int:
+        return self.ka_layers if self.ka_layers is not None else self.n_layers
 
     @property
     def d_head(self) -> int:

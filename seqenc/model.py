@@ -43,6 +43,7 @@ from torch import nn
 
 from seqenc.attention import SelfAttention, SharedHeadProjections, additive_mask
 from seqenc.config import TVMKAConfig
+from seqenc.fixup import xavier_init
 from seqenc.heads import make_head
 
 log = logging.getLogger(__name__)
@@ -89,16 +90,19 @@ class Embeddings(nn.Module):
 
 
 class Layer(nn.Module):
-    """Post-LN transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """Post-LN transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x)). ``norm=False`` drops
+    both LayerNorms (DT-Fixup's layers on top of a pre-trained encoder, seqenc.fixup)."""
 
-    def __init__(self, config: TVMKAConfig, shared: SharedHeadProjections | None, drophead: float):
+    def __init__(self, config: TVMKAConfig, shared: SharedHeadProjections | None, drophead: float,
+                 norm: bool = True):
         super().__init__()
+        layer_norm = (lambda: nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)) if norm else nn.Identity
         self.attn = SelfAttention(config, shared, drophead)
-        self.attn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.attn_norm = layer_norm()
         self.ffn_in = nn.Linear(config.d_model, config.d_ff)
         self.act = ACTIVATIONS[config.hidden_act]()
         self.ffn_out = nn.Linear(config.d_ff, config.d_model)
-        self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn_norm = layer_norm()
         self.dropout = nn.Dropout(config.dropout)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, attend=None) -> torch.Tensor:
@@ -107,11 +111,14 @@ class Layer(nn.Module):
 
 
 class Encoder(nn.Module):
-    def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None, drophead: float):
+    """``n_layers`` layers (default: the config's); layer i shares ``shared[i]`` where there is one."""
+
+    def __init__(self, config: TVMKAConfig, shared: nn.ModuleList | None, drophead: float,
+                 n_layers: int | None = None, norm: bool = True):
         super().__init__()
         self.layers = nn.ModuleList(
-            Layer(config, shared[i] if shared is not None else None, drophead)
-            for i in range(config.n_layers)
+            Layer(config, shared[i] if shared is not None and i < len(shared) else None, drophead, norm)
+            for i in range(n_layers if n_layers is not None else config.n_layers)
         )
 
     def forward(self, x: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -208,18 +215,27 @@ class KeyAggregator(nn.Module):
         self.cls = nn.Parameter(torch.zeros(config.d_model))
         self.register_buffer("kr_mean", torch.zeros(config.d_model))
         self.register_buffer("kr_std", torch.ones(config.d_model))
+        # DT-Fixup's measured input norm mu (seqenc.fixup); 0 until the scaling is applied
+        self.register_buffer("fixup_mu", torch.zeros(()))
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
-        self.encoder = Encoder(config, shared, drophead=0.0)  # DropHead is TVM-only
+        # DropHead is TVM-only; DT-Fixup's layers have no LayerNorm
+        self.encoder = Encoder(config, shared, drophead=0.0, n_layers=config.ka_depth,
+                               norm=config.ka_init != "dt_fixup")
         self.head = make_head(config)
 
-    def encode(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
-        # key_reprs: [B, K, d_model], key_mask: [B, K] bool -> [B, d_model] sequence embedding
+    def inputs(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # key_reprs: [B, K, d_model], key_mask: [B, K] bool -> the first layer's input [B, 1 + K,
+        # d_model] ([CLS; standardised KRs], normalised) and its mask [B, 1 + K]
         B = key_reprs.size(0)
         key_reprs = (key_reprs - self.kr_mean) / self.kr_std
         x = torch.cat([self.cls.expand(B, 1, -1), key_reprs], dim=1)  # [B, 1 + K, d_model]
         mask = torch.cat([key_mask.new_ones(B, 1), key_mask], dim=1)
-        return self.encoder(self.dropout(self.norm(x)), mask)[:, 0]
+        return self.dropout(self.norm(x)), mask
+
+    def encode(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> torch.Tensor:
+        # key_reprs: [B, K, d_model], key_mask: [B, K] bool -> [B, d_model] sequence embedding
+        return self.encoder(*self.inputs(key_reprs, key_mask))[:, 0]
 
     @torch.no_grad()
     def fit_kr_standardisation(self, kr: torch.Tensor) -> None:
@@ -333,6 +349,9 @@ class TVMKA(SaveLoadMixin, nn.Module):
         self.tvm = TemporalValueModeler(config, shared)
         self.ka = KeyAggregator(config, shared)
         init_weights(self, config.init_std)
+        if config.ka_init == "dt_fixup":  # Xavier on the KA's own layers; the scaling waits for mu
+            xavier_init(self.ka.encoder)
+            nn.init.normal_(self.ka.cls)  # a [CLS] of 0 would stay ~0 through LayerNorm-free layers (seqenc.fixup)
 
     def shared_parameters(self) -> list[nn.Parameter]:
         return [p for n, p in self.tvm.named_parameters() if ".attn.shared." in n]

@@ -111,8 +111,13 @@ def _copy(dst: torch.Tensor, src: torch.Tensor, name: str) -> None:
 
 @torch.no_grad()
 def _load_encoder(encoder: Encoder, state: dict, config: TVMKAConfig, load_shared: bool) -> None:
+    """The checkpoint's layers into ``encoder``'s first ones; layers past its depth (a KA deeper
+    than the checkpoint, TVMKAConfig.ka_layers) keep their own init."""
     for i, layer in enumerate(encoder.layers):
         pre = f"encoder.layer.{i}."
+        if f"{pre}attention.self.query.weight" not in state:
+            log.info("the checkpoint has no layer %d: layers %d.. of this stack keep their init", i, i)
+            break
         split = layer.attn.n_shared * config.d_head  # rows of Q/K/V belonging to the shared heads
         for proj in ("query", "key", "value"):
             w, b = state[f"{pre}attention.self.{proj}.weight"], state[f"{pre}attention.self.{proj}.bias"]
@@ -175,6 +180,8 @@ def load_bert_weights(model: TVMKA, name_or_path: str | Path = "minilm", into_ka
     else:
         log.info("checkpoint has no MLM head: the TVM's MLM transform starts fresh (decoder tied to the embeddings)")
 
+    if into_ka and config.ka_init == "dt_fixup":
+        raise ValueError("ka_init='dt_fixup' trains the KA's layers anew: load the checkpoint into the TVM only")
     if into_ka:
         _load_encoder(model.ka.encoder, state, config, load_shared=False)
         _copy(model.ka.norm.weight, state["embeddings.LayerNorm.weight"], "KA input LayerNorm")

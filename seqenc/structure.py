@@ -158,10 +158,9 @@ def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torc
     # sort by rows of [B, L, h, d] (the projections' own layout: contiguous h * d per token)
     batch = torch.arange(B, device=q.device)[:, None]
     q, k, v = (t.transpose(1, 2)[batch, view.order].transpose(1, 2) for t in (q, k, v))
-    q = q * (1.0 / math.sqrt(d))  # scaled once here, not per score
-    # the global section attends to everything: [B, h, G, L]
-    scores = q[:, :, :G] @ k.transpose(-2, -1) + view.global_bias
-    out_global = F.dropout(scores.softmax(-1), dropout_p, training) @ v  # [B, h, G, d]
+    p = dropout_p if training else 0.0
+    # the global section attends to everything: [B, h, G, d] (PyTorch's fused core, scaled 1 / sqrt(d))
+    out_global = F.scaled_dot_product_attention(q[:, :, :G], k, v, attn_mask=view.global_bias, dropout_p=p)
     if n == 0:
         return out_global
     # the long part in buckets of R; each bucket sees the global section and buckets b-1, b, b+1:
@@ -172,9 +171,9 @@ def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torc
     def windows(t):  # [B, h, n, G + 3R, d]
         return F.pad(t, (0, 0, 1, 0))[:, :, keys].view(B, h, n, G + 3 * R, d)
 
-    probs = lq @ windows(k).transpose(-2, -1) + view.long_bias  # [B, h, n, R, G + 3R]
-    probs = F.dropout(probs.softmax(-1), dropout_p, training)
-    out_long = (probs @ windows(v)).reshape(B, h, n * R, d)[:, :, :L - G]
+    # [B, h, n, R, d]: each bucket's R queries over its G + 3R keys, masked by view.long_bias
+    out_long = F.scaled_dot_product_attention(lq, windows(k), windows(v), attn_mask=view.long_bias, dropout_p=p)
+    out_long = out_long.reshape(B, h, n * R, d)[:, :, :L - G]
     return torch.cat([out_global, out_long], 2)
 
 

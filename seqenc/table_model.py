@@ -29,6 +29,7 @@ from torch import nn
 from seqenc.attention import additive_mask
 from seqenc.config import TVMKAConfig, plain_config
 from seqenc.heads import make_head
+from seqenc.mafid import MafidTableEncoder
 from seqenc.model import Layer, SaveLoadMixin, init_weights
 from seqenc.structure import TableFormerBias, mate_attention, mate_layout, mate_mask, table_relations
 from seqenc.table_inputs import collate, encode_table_text, table_of_objects
@@ -87,6 +88,8 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
     def __init__(self, config: TVMKAConfig):
         super().__init__()
         self.config = config = plain_config(config)
+        if config.table_attention == "mafid":
+            raise ValueError("table_attention='mafid' is seqenc.mafid.MafidTableEncoder: build it with table_encoder()")
         if config.max_positions < max(config.max_text_tokens + 2, config.max_cell_tokens):
             raise ValueError(f"max_positions={config.max_positions} must cover a cell ({config.max_cell_tokens} "
                              f"tokens) and the text ([CLS] + {config.max_text_tokens} + [SEP]): positions are per cell")
@@ -132,6 +135,14 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
                                      max_rows=c.max_rows, max_columns=c.max_columns) for i in index]
         batch = collate(encoded, tok.pad_id)
         return tuple(batch[name] for name in INPUTS)  # forward's order
+
+
+TABLE_MODELS = (TableTextEncoder, MafidTableEncoder)  # training mode "table"
+
+
+def table_encoder(config: TVMKAConfig) -> TableTextEncoder | MafidTableEncoder:
+    """The table model ``config.table_attention`` names: MAFiD's own model, else the encoder here."""
+    return MafidTableEncoder(config) if config.table_attention == "mafid" else TableTextEncoder(config)
 
 
 def _mate_core(q, k, v, dropout_p, training, layout, n_row_heads):

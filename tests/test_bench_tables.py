@@ -13,20 +13,33 @@ def test_bench_tables_writes_the_contract(tmp_path):
     out = tmp_path / "tables.json"
     assert main(["bench", "tables", "--tables", str(src / "tables"), "--train", str(src / "val.jsonl"),
                  "--json", str(out), "--size", "tiny", "--max-tables", "12", "--scaling-tokens", "128",
-                 "--variants", "tableformer,tvmka",
+                 "--variants", "tableformer,tvmka,mafid", "--layer-positions", "256",
                  "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
     r = json.loads(out.read_text())
     # every variant trains and scores through the CLI in tests/test_table_task.py; here two, and the baselines
-    assert set(r["accuracy"]) == {"tableformer", "tvmka", "majority", "bow_lr"}
+    assert set(r["accuracy"]) == {"tableformer", "tvmka", "mafid", "majority", "bow_lr"}
     for name, a in r["accuracy"].items():
         assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
         assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1
     assert r["accuracy"]["tableformer"]["variation"] == 0.0  # exactly invariant, through ingest and scoring
     assert r["accuracy"]["tableformer"]["accuracy"] == r["accuracy"]["tableformer"]["perturbed_accuracy"]
     rows = {(x["variant"], x["tokens"]) for x in r["scaling"]}
-    assert all(t <= 128 for _, t in rows) and len(rows) == 4  # the tokens the synthetic table filled
-    assert {v for v, _ in rows} == {"dense", "mate_mask", "mate", "tableformer"}
+    tables = {(v, t) for v, t in rows if v not in ("ema_lowdim", "attention")}
+    assert all(t <= 128 for _, t in tables) and len(tables) == 4  # the tokens the synthetic table filled
+    assert {v for v, _ in tables} == {"dense", "mate_mask", "mate", "tableformer"}
+    assert rows - tables == {("ema_lowdim", 256), ("attention", 256)}  # MAFiD's EMA against the layer it replaces
     for x in r["scaling"]:
         assert set(x) >= {"variant", "tokens", "seconds", "peak_mb", "status"} and x["status"] == "ok"
+        assert x["time_vs_baseline"] > 0 and x["added_mb"] >= 0
     assert out.with_suffix(".md").is_file() and (tmp_path / "tables-accuracy.png").is_file()
     assert (tmp_path / "tables-scaling.png").is_file()
+
+    # an interrupted bench goes on: a variant trained to the end is scored again, not retrained
+    again = tmp_path / "again.json"
+    assert main(["bench", "tables", "--tables", str(src / "tables"), "--train", str(src / "val.jsonl"),
+                 "--json", str(again), "--size", "tiny", "--max-tables", "12", "--variants", "tableformer",
+                 "--no-scaling", "--reuse-trained", "--workdir", str(tmp_path / "tables"), "--no-progress"]) == 0
+    r2 = json.loads(again.read_text())
+    assert r2["runs"]["tableformer"]["reused"] and not r["runs"]["tableformer"]["reused"]
+    assert r2["runs"]["tableformer"]["run_id"] == r["runs"]["tableformer"]["run_id"]
+    assert r2["accuracy"]["tableformer"] == r["accuracy"]["tableformer"]

@@ -225,3 +225,19 @@ def test_mlm_on_normal_sequences_reads_only_normal_train_windows(tmp_path, caplo
     multiclass = TVMKAConfig(**{**model.config.__dict__, "task": "multiclass", "n_classes": 3, "surprise_scoring": False})
     with pytest.raises(ValueError, match="binary task"):
         InterleavedTrainer(TVMKA(multiclass), tok, data, y, splits, cfg, tmp_path / "mc", progress=False)
+
+
+def test_dt_fixup_ka_is_scaled_once_at_the_first_refresh_and_learns_without_warm_up(tmp_path):
+    model, tok, data, y, splits, cfg = build()
+    config = TVMKAConfig(**{**model.config.to_dict(), "ka_layers": 4, "ka_init": "dt_fixup"})
+    torch.manual_seed(0)
+    model = TVMKA(config)
+    logged = []
+    trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path,
+                                 log_metrics=lambda m, s: logged.append((s, m)), progress=False)
+    assert trainer.engines["ka"].scheduler.get_last_lr()[0] == pytest.approx(cfg.lr_ka)  # no warm-up
+    assert float(model.ka.fixup_mu) == 0
+    result = trainer.fit()
+    mus = [m["ka/fixup_mu"] for _, m in logged if "ka/fixup_mu" in m]
+    assert len(mus) == 1 and mus[0] == pytest.approx(float(model.ka.fixup_mu)) and mus[0] > 1  # once, measured
+    assert len(model.ka.encoder.layers) == 4 and result["test"]["f1"] >= 0.9, result["test"]

@@ -142,8 +142,9 @@ def cmd_bench_tables(args) -> int:
             raise FileNotFoundError(f"{flag} {path} does not exist")
     settings = TablesBenchSettings(tables=args.tables, train=args.train, test=args.test, variants=variants,
                                    size=args.size, config=config_arg(args.config) if args.config else {},
-                                   seed=args.seed, max_tables=args.max_tables,
+                                   seed=args.seed, max_tables=args.max_tables, reuse_trained=args.reuse_trained,
                                    scaling_tokens=tuple(_int_list(args.scaling_tokens, "--scaling-tokens")),
+                                   layer_positions=tuple(_int_list(args.layer_positions, "--layer-positions")),
                                    max_mb=args.max_mb, max_seconds=args.max_seconds, repeat=args.repeat,
                                    threads=args.threads)
     out = Path(args.json)
@@ -275,18 +276,22 @@ def add_bench_parser(sub) -> None:
     bt.add_argument("--test", default=None, help="JSON Lines statements to test on (default: the train file's "
                     "test split, by table)")
     bt.add_argument("--json", required=True, help="output JSON (a .md table and .png plots go beside it)")
-    bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm")))
+    bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")))
     bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}, "variants": '
                     '{"tvmka_minilm": {"train": {...}}}} (JSON or a file)')
     bt.add_argument("--seed", type=int, default=0)
     bt.add_argument("--max-tables", type=int, default=None, help="a seeded sample of the train file's tables")
     bt.add_argument("--scaling-tokens", default="512,1024,2048,4096,8192", metavar="N1,N2,...")
+    bt.add_argument("--layer-positions", default="1024,4096,16384,65536", metavar="N1,N2,...",
+                    help="positions of the ema_lowdim vs attention layer rows")
     bt.add_argument("--max-mb", type=int, default=8192, help="a scaling child past this resident size: oom")
     bt.add_argument("--max-seconds", type=float, default=300.0, help="a scaling child past this: over_limit")
     bt.add_argument("--repeat", type=int, default=2, help="timed passes per scaling row (after a warm-up)")
     bt.add_argument("--threads", type=int, default=2, help="torch threads of a scaling child")
     bt.add_argument("--no-accuracy", action="store_true", help="only the scaling rows")
+    bt.add_argument("--reuse-trained", action="store_true", help="variants an earlier run trained to the end in "
+                    "--workdir are scored again, not retrained (an interrupted bench goes on where it stopped)")
     bt.add_argument("--no-scaling", action="store_true", help="only the accuracy rows")
     bt.add_argument("--workdir", default=None, help="data, models, MLflow store (default: beside --json)")
     bt.add_argument("--no-progress", action="store_true")

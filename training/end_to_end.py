@@ -13,7 +13,7 @@ names as the interleaved trainer (training.phased), so runs compare side by side
   (seqenc.baselines.RecordViewEncoder).
 * ``table``: a table task's text + flattened table through one encoder whose attention sees the
   table as the model config's ``table_attention`` says (seqenc.table_model: dense, MATE,
-  TableFormer).
+  TableFormer), or MAFiD's per-row encoding and fusion (seqenc.mafid).
 
 Choices: the baselines get no masked-LM pre-training of their own (the paper fine-tunes them
 on the task); by default they make as many updates as the interleaved run makes in all
@@ -40,7 +40,7 @@ from seqenc.config import TVMKAConfig
 from seqenc.inference import to_model
 from seqenc.pretrained import load_bert_encoder
 from seqenc.sequences import TokenizedSequences
-from seqenc.table_model import TableExamples, TableTextEncoder
+from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
 from training.data import class_weights
 from training.engines import make_engine, shard
@@ -113,7 +113,7 @@ def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, t
         return model, lambda idx: model.batch_inputs(data, idx, tok)
     objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
     if mode == "table":  # a table task's examples: text + flattened table (seqenc.table_model)
-        model = TableTextEncoder(plain)
+        model = table_encoder(plain)
         tables = TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))),
                                             list(data.sequence_ids))
         return model, lambda idx: model.batch_inputs(tables, idx, tok)

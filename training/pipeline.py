@@ -267,7 +267,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         if fixed:
             raise ValueError(f"with a pre-trained init the checkpoint sets {', '.join(fixed)}: leave them out of "
                              "the model config (--pretrained-layers sets the depth)")
-        model = tvmka_from_bert(pretrained, into_ka=True, **{"max_positions": sz["model"]["max_positions"],
+        into_ka = model_overrides.get("ka_init", "default") == "default"  # DT-Fixup: a new KA (seqenc.fixup)
+        model = tvmka_from_bert(pretrained, into_ka=into_ka, **{"max_positions": sz["model"]["max_positions"],
                                                              **model_overrides, **depth, **task})
     else:
         model = TVMKA(TVMKAConfig(**{**sz["model"], **model_overrides, **task}))

@@ -58,7 +58,7 @@ from seqenc.inference import model_device, predict_proba
 from seqenc.model import TVMKA, read_architecture
 from seqenc.sequences import collect_value_sequences, item_histories, tokenize_value_sequences, with_event_key
 from seqenc.surprise import SurpriseScorer, key_surprise
-from seqenc.table_model import TableExamples, TableTextEncoder
+from seqenc.table_model import TABLE_MODELS, TableExamples
 from seqenc.tokenizer import ValueTokenizer
 from training.engines import training_device
 from training.metrics import predict
@@ -67,9 +67,9 @@ log = logging.getLogger(__name__)
 
 BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
 # the model class each training mode saves (training.pipeline.stage_train)
-MODE_ARCHITECTURE = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA,
-                     "flattened": FlattenedEncoder, "record_view": RecordViewEncoder,
-                     "unlabelled": TVMKA, "table": TableTextEncoder}  # training.unlabelled: the TVM's surprise alone
+MODE_ARCHITECTURE = {"interleaved": (TVMKA,), "no_interleave": (TVMKA,), "joint": (JointTVMKA,),
+                     "flattened": (FlattenedEncoder,), "record_view": (RecordViewEncoder,),
+                     "unlabelled": (TVMKA,), "table": TABLE_MODELS}  # training.unlabelled: the TVM's surprise alone
 END_TO_END_BATCH = 32  # sequences per forward pass of an end-to-end model (its trainer evaluates 2 x 16)
 
 
@@ -108,8 +108,9 @@ def load_bundle(directory: str | Path, device: str = "cpu") -> Bundle:
             raise FileNotFoundError(f"{directory} is not a seqenc model bundle: {name} is missing")
     meta = json.loads((directory / "metadata.json").read_text())
     held, expected = read_architecture(directory)["class"], MODE_ARCHITECTURE.get(meta.get("mode"))
-    if expected is not None and held in MODEL_CLASSES and held != expected.__name__:  # unknown: load_pretrained says
-        raise ValueError(f"{directory}: metadata.json says mode {meta['mode']!r} ({expected.__name__}), but "
+    names = [cls.__name__ for cls in expected or ()]
+    if expected is not None and held in MODEL_CLASSES and held not in names:  # unknown: load_pretrained says
+        raise ValueError(f"{directory}: metadata.json says mode {meta['mode']!r} ({' or '.join(names)}), but "
                          f"architecture.json names a {held}")
     model = load_pretrained(directory).to(training_device(device))
     model.eval()
@@ -131,7 +132,7 @@ def model_inputs(bundle: Bundle, objects: pl.DataFrame):
     exclude_keys = tuple(meta.get("exclude_keys", ()))
     if isinstance(model, FlattenedEncoder | RecordViewEncoder):
         return ObjectSequences.from_objects(objects, tok, exclude_keys)
-    if isinstance(model, TableTextEncoder):  # a table task's objects, joined as training joined them
+    if isinstance(model, TABLE_MODELS):  # a table task's objects, joined as training joined them
         return TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))))
     config = model.config
     value_seqs = collect_value_sequences(objects, exclude_keys)

@@ -43,6 +43,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from seqenc.config import TRAINING_MODES
+from seqenc.fixup import fixup_key_aggregator
 from seqenc.inference import gather_keys, ka_probabilities, key_representations, to_model
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
@@ -194,11 +195,12 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
         self.surprise_stats: np.ndarray | None = None
         n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
         n_ka = sum(n for kind, _, n in self.plan if kind == "ka")
+        # DT-Fixup trains the KA without warm-up (seqenc.fixup)
+        ka_warmup = 0 if model.config.ka_init == "dt_fixup" else min(cfg.warmup_steps, n_ka // 4)
         self.engines = {
             "tvm": make_engine(model.tvm, cfg.lr_tvm, cfg.weight_decay, cfg.warmup_steps, n_tvm, cfg.grad_clip,
                                cfg.deepspeed),
-            "ka": make_engine(model.ka, cfg.lr_ka, cfg.weight_decay, min(cfg.warmup_steps, n_ka // 4), n_ka,
-                              cfg.grad_clip, cfg.deepspeed)}
+            "ka": make_engine(model.ka, cfg.lr_ka, cfg.weight_decay, ka_warmup, n_ka, cfg.grad_clip, cfg.deepspeed)}
         self.weights = class_weights(y[splits["train"]], model.config.n_outputs, model.config.task)
         self.rng = np.random.default_rng(cfg.seed)
 
@@ -231,6 +233,15 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
         self.kr = self._load_cache()
         train_rows = np.isin(self.data.key_seq, self.splits["train"])
         self.model.ka.fit_kr_standardisation(self.kr[torch.as_tensor(train_rows)])
+        if self.model.config.ka_init == "dt_fixup" and float(self.model.ka.fixup_mu) == 0:
+            self.fixup_ka()
+
+    def fixup_ka(self) -> None:
+        """DT-Fixup's scaling of the KA, from its input norm over every train sequence (seqenc.fixup)."""
+        offsets, train = self.data.key_rows_of(), self.splits["train"]
+        batches = (to_model(gather_keys(self.kr, offsets, train[i:i + 256]), self.model.ka)
+                   for i in range(0, len(train), 256))
+        self.log_metrics({"ka/fixup_mu": fixup_key_aggregator(self.model.ka, batches)}, self.step)
 
     def ka_steps(self, steps: int, round_no: int) -> None:
         offsets, train_idx = self.data.key_rows_of(), self.splits["train"]

@@ -10,7 +10,9 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
 **accuracy** (``{variant: {"accuracy", "perturbed_accuracy", "variation", "test_statements"}}``):
 
 * ``dense``, ``mate``, ``tableformer``: the table-text encoder of training mode ``table``
-  (seqenc.table_model) with that ``table_attention``, from scratch;
+  (seqenc.table_model) with that ``table_attention``, from scratch; ``mafid``: the MAFiD-style
+  model of the same mode (seqenc.mafid: rows encoded apart, single-row attention, low-dim EMA
+  across rows, gated fusion), from scratch;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
 * baselines: ``majority`` (the train split's most frequent label) and ``bow_lr`` (a logistic
@@ -28,11 +30,9 @@ chosen before any test figure was seen; ``--config`` overrides them, for every v
 the pre-trained MiniLM, whose every step costs ~30 times a demo model's).
 
 **scaling** (``[{"variant", "tokens", "seconds", "peak_mb", "status"}]``): one forward and
-backward pass of the table encoder (d_model 256, 4 layers, 8 heads; batch 1) on a synthetic
-statement + table of ``tokens`` tokens, for ``dense``, ``mate_mask``, ``mate`` and
-``tableformer``, each in its own child process (peak RSS, killed past ``max_mb`` -> ``oom``,
-past ``max_seconds`` -> ``over_limit``, training.bench.model.run_isolated); seconds are the
-fastest of ``repeat`` passes after a warm-up; ratios against dense in the same run.
+backward pass of the table encoders ``dense``, ``mate_mask``, ``mate``, ``tableformer`` at
+``scaling_tokens`` tokens, and of one ``ema_lowdim`` or ``attention`` layer across
+``layer_positions`` positions (training.bench.table_scaling).
 """
 
 from __future__ import annotations
@@ -40,16 +40,14 @@ from __future__ import annotations
 import json
 import logging
 import random
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm")
+VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")
 BASELINES = ("majority", "bow_lr")
-SCALING_VARIANTS = ("dense", "mate_mask", "mate", "tableformer")
 TABLES, STATEMENTS, TEST_STATEMENTS, TASK = "tables", "statements", "test_statements", "verify"
 # the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
@@ -88,7 +86,9 @@ class TablesBenchSettings:
     config: dict = field(default_factory=dict)
     seed: int = 0
     max_tables: int | None = None  # a seeded sample of the train file's tables (quick runs)
+    reuse_trained: bool = False  # score a variant already trained in the workdir instead of training it
     scaling_tokens: tuple[int, ...] = (512, 1024, 2048, 4096, 8192)
+    layer_positions: tuple[int, ...] = (1024, 4096, 16384, 65536)  # ema_lowdim vs attention
     max_mb: int = 8192
     max_seconds: float = 300.0
     repeat: int = 2
@@ -193,6 +193,18 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     return Path(result["model_dir"]), result
 
 
+def _trained(work: Path, variant: str) -> tuple[Path, dict] | None:
+    """A variant an earlier run of the bench trained in ``work`` to the end (its bundle and its
+    metrics.json exist): (bundle, result) as train_variant gives them; else None."""
+    bundle = work / variant / "models" / TASK / "bundle"
+    metrics = work / variant / "plots" / TASK / "metrics.json"
+    if not (bundle / "metadata.json").is_file() or not metrics.is_file():
+        return None
+    run_id = json.loads((bundle / "metadata.json").read_text()).get("mlflow_run_id")
+    log.info("bench tables %s: reusing the model trained in %s", variant, bundle)
+    return bundle, {"run_id": run_id, "metrics": json.loads(metrics.read_text()), "reused": True}
+
+
 def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labels: dict[str, str]) -> dict:
     """``majority`` and ``bow_lr`` (module docstring) on the same split."""
     import numpy as np
@@ -233,7 +245,8 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
     accuracy, runs, split, test_ids = {}, {}, None, None
     for variant in s.variants:
         t0 = time.perf_counter()
-        bundle_dir, result = train_variant(variant, s, work, prepared["catalog"], progress)
+        trained = _trained(work, variant) if s.reuse_trained else None
+        bundle_dir, result = trained or train_variant(variant, s, work, prepared["catalog"], progress)
         if split is None:  # the same data and seed: every variant's split is the first's
             split = pl.read_parquet(work / variant / "sequences" / TASK / "splits.parquet")
             test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
@@ -242,102 +255,12 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
         perturbed = score_objects(bundle, _test_objects(work / "perturbed", test_ids), progress=False)
         accuracy[variant] = _scores(predicted, perturbed, test_labels)
         runs[variant] = {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
-                         "dev": result["metrics"]["dev"]}
+                         "dev": result["metrics"]["dev"], "reused": result.get("reused", False)}
         log.info("bench tables %s: %s", variant, accuracy[variant])
     train_ids = split.filter(pl.col("split") == "train")["sequence_id"].to_list()
     accuracy.update(baselines(work, train_ids, test_ids, labels))
     return {"accuracy": accuracy, "runs": runs, "data": prepared,
             "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")}}
-
-
-# --- scaling ----------------------------------------------------------------------------------
-SCALING_MODEL = {"d_model": 256, "n_layers": 4, "n_heads": 8, "n_shared_heads": 0, "d_ff": 1024, "vocab_size": 4096,
-                 "max_positions": 80, "dropout": 0.0, "attn_dropout": 0.0, "max_rows": 4096, "max_columns": 64,
-                 "mate_global": 32, "mate_radius": 64}
-TEXT_TOKENS, COLUMNS, CELL_TOKENS = 30, 8, 4
-
-
-def synthetic_batch(tokens: int, seed: int = 0):
-    """One statement (TEXT_TOKENS with [CLS] / [SEP]) and a table of COLUMNS columns of
-    CELL_TOKENS-token cells, as many rows as fill ``tokens``: forward's inputs, batch 1."""
-    import torch
-
-    from seqenc.structure import CELL, HEADER, TEXT
-
-    g = torch.Generator().manual_seed(seed)
-    segment, rows, cols, pos = [TEXT] * TEXT_TOKENS, [0] * TEXT_TOKENS, [0] * TEXT_TOKENS, list(range(TEXT_TOKENS))
-    r = 0
-    while len(segment) + COLUMNS * CELL_TOKENS <= tokens:
-        for c in range(1, COLUMNS + 1):
-            segment += [HEADER if r == 0 else CELL] * CELL_TOKENS
-            rows += [r] * CELL_TOKENS
-            cols += [c] * CELL_TOKENS
-            pos += list(range(CELL_TOKENS))
-        r += 1
-    L = len(segment)
-    ids = torch.randint(6, SCALING_MODEL["vocab_size"], (1, L), generator=g)
-    as_tensor = lambda xs: torch.tensor([xs])  # noqa: E731
-    return (ids, (as_tensor(segment) != TEXT).long(), as_tensor(segment), as_tensor(rows), as_tensor(cols),
-            as_tensor(pos), torch.ones(1, L, dtype=torch.bool))
-
-
-def scaling_child(variant: str, tokens: int, repeat: int, threads: int) -> dict:
-    """One row, in this (child) process: the fastest forward + backward of ``repeat`` after a warm-up."""
-    import torch
-
-    from parsers.resources import peak_rss_mb
-    from seqenc.config import TVMKAConfig
-    from seqenc.table_model import TableTextEncoder
-
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    kind = "mate" if variant == "mate" else variant
-    model = TableTextEncoder(TVMKAConfig(**SCALING_MODEL, table_attention=kind, max_table_tokens=tokens))
-    batch = synthetic_batch(tokens)
-    baseline = peak_rss_mb()
-    times = []
-    for i in range(repeat + 1):
-        t0 = time.perf_counter()
-        model(*batch).sum().backward()
-        model.zero_grad(set_to_none=True)
-        if i:  # the first pass warms up
-            times.append(time.perf_counter() - t0)
-    return {"tokens": int(batch[0].shape[1]), "seconds": min(times), "peak_mb": peak_rss_mb(),
-            "baseline_mb": baseline}
-
-
-def bench_scaling(s: TablesBenchSettings, progress: bool = True) -> list[dict]:
-    from tqdm.auto import tqdm
-
-    from training.bench.model import run_isolated
-
-    rows = []
-    failed: dict[str, str] = {}
-    jobs = [(v, t) for t in s.scaling_tokens for v in SCALING_VARIANTS]
-    for variant, tokens in tqdm(jobs, desc="tables scaling", disable=not progress):
-        row = {"variant": variant, "tokens": tokens, "seconds": None, "peak_mb": None}
-        if variant in failed:  # a shorter input of this variant already failed: so does this one
-            rows.append({**row, "status": failed[variant], "predicted": True})
-            continue
-        argv = [sys.executable, "-m", "training.bench.tables", "scale", variant, str(tokens), str(s.repeat),
-                str(s.threads)]
-        status, out, seen_mb = run_isolated(argv, s.max_mb, s.max_seconds)
-        if status == "ok":
-            measured = json.loads(out.strip().splitlines()[-1])
-            row.update(seconds=round(measured["seconds"], 3), peak_mb=round(measured["peak_mb"], 1),
-                       tokens=measured["tokens"])
-        else:
-            row["peak_mb"] = round(seen_mb, 1)
-            failed[variant] = status if status in ("oom", "over_limit") else "oom"
-            status = failed[variant]
-        rows.append({**row, "status": status, "predicted": False})
-    dense = {r["tokens"]: r for r in rows if r["variant"] == "dense" and r["status"] == "ok"}
-    for r in rows:  # ratios against dense at the same length, same run
-        d = dense.get(r["tokens"])
-        if r["status"] == "ok" and d:
-            r["time_vs_dense"] = round(r["seconds"] / d["seconds"], 3)
-            r["memory_vs_dense"] = round(r["peak_mb"] / d["peak_mb"], 3)
-    return rows
 
 
 # --- the whole bench --------------------------------------------------------------------------
@@ -348,6 +271,8 @@ def bench_tables(s: TablesBenchSettings, workdir: str | Path, progress: bool = T
     if accuracy:
         out.update(bench_accuracy(s, work, progress))
     if scaling:
+        from training.bench.table_scaling import bench_scaling
+
         out["scaling"] = bench_scaling(s, progress)
     return out
 
@@ -361,13 +286,13 @@ def tables_table(r: dict) -> str:
                          f"{a['test_statements']} |")
         lines.append("")
     if "scaling" in r:
-        lines += ["| variant | tokens | seconds | peak MB | status | time / dense | memory / dense |",
-                  "|---|---:|---:|---:|---|---:|---:|"]
+        lines += ["| variant | tokens | seconds | peak MB | added MB | status | time / baseline | "
+                  "added MB / baseline |", "|---|---:|---:|---:|---:|---|---:|---:|"]
         for x in r["scaling"]:
             lines.append(f"| {x['variant']} | {x['tokens']} | {x['seconds'] if x['seconds'] is not None else '-'} | "
-                         f"{x['peak_mb'] if x['peak_mb'] is not None else '-'} | {x['status']}"
-                         f"{' (pred.)' if x.get('predicted') else ''} | {x.get('time_vs_dense', '-')} | "
-                         f"{x.get('memory_vs_dense', '-')} |")
+                         f"{x['peak_mb'] if x['peak_mb'] is not None else '-'} | {x.get('added_mb', '-')} | "
+                         f"{x['status']}{' (pred.)' if x.get('predicted') else ''} | "
+                         f"{x.get('time_vs_baseline', '-')} | {x.get('memory_vs_baseline', '-')} |")
     return "\n".join(lines)
 
 
@@ -397,7 +322,7 @@ def plot_tables(r: dict, path: Path) -> list[Path]:
         plt.close(fig)
     if "scaling" in r:
         fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
-        for v in SCALING_VARIANTS:
+        for v in sorted({x["variant"] for x in r["scaling"]}, key=[x["variant"] for x in r["scaling"]].index):
             pts = [(x["tokens"], x["seconds"], x["peak_mb"]) for x in r["scaling"] if x["variant"] == v and x["status"] == "ok"]
             if pts:
                 a1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=v)
@@ -413,8 +338,3 @@ def plot_tables(r: dict, path: Path) -> list[Path]:
         fig.savefig(written[-1], dpi=120)
         plt.close(fig)
     return written
-
-
-if __name__ == "__main__":  # a scaling child: scale VARIANT TOKENS REPEAT THREADS
-    if sys.argv[1] == "scale":
-        print(json.dumps(scaling_child(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))))

@@ -1,0 +1,117 @@
+"""DT-Fixup (Xu et al., 2021, "Optimizing Deeper Transformers on Small Datasets", section 3.3).
+
+New transformer layers trained on top of a pre-trained encoder -- here the KA over a MiniLM
+TVM -- start so small that a gradient step changes the model's output by Theta(eta) whatever
+their depth N, so they train without learning-rate warm-up and without LayerNorm:
+
+1. Xavier initialisation of every new parameter (:func:`xavier_init`; loaded weights keep theirs);
+2. no warm-up and no LayerNorm inside the new layers (``seqenc.model.Layer(norm=False)``; the
+   trainer gives the KA no warm-up, training.trainer);
+3. mu = max_j ||x_j||, the largest input norm over a forward pass on all training examples
+   (:func:`input_norm_bound`);
+4. inside each new layer, the attention's value and output projections (v, w) and both MLP
+   matrices scaled by :func:`dt_fixup_factor` (Theorem 3.1): N^-1/2 / (2 mu) for vanilla
+   layers, (N (4 mu^2 + 2 mu + 2))^-1/2 for relation-aware layers (value relations r^v too).
+
+Choices where the paper is vague (written down here and in docs/model.md):
+
+* "input x_j": the vector of one position at the new stack's input. For the KA that is a row of
+  ``[CLS; standardised KR(k)...]`` after the KA's input LayerNorm (``KeyAggregator.inputs``,
+  dropout off), over the real positions of every training sequence; mu is measured once, at the
+  first KR refresh (the TVM's KRs exist only then), and kept in the buffer ``ka.fixup_mu`` so a
+  resumed run neither measures nor scales twice.
+* Shared heads: KA layer i shares heads with TVM layer i (TVMKAConfig.n_shared_heads); those
+  Q/K/V rows belong to the pre-trained TVM and are neither re-initialised nor scaled -- the KA's
+  own value rows, its output projection W^O (which every head's output passes through) and
+  its MLP are.
+* Biases start at zero (Xavier's usual companion); the KA's input LayerNorm and its task head
+  are not transformer layers and keep theirs.
+* The KA's learned [CLS] input vector starts as N(0, 1) instead of 0. The head reads position 0,
+  and with no LayerNorm in the layers a [CLS] of 0 leaves the scaled-down layers as a vector
+  near 0: measured on a seeded 4-key task over MiniLM KRs (16 layers, lr 3e-4, no warm-up,
+  120 steps), the KA stayed at chance (loss 0.696, test accuracy 0.50) with a zero [CLS] and
+  reached accuracy 1.0 with N(0, 1) (the input LayerNorm makes its scale irrelevant).
+* Our KA layers are vanilla (no relation vectors), so the vanilla factor applies; the
+  relation-aware factor is there for layers that add value relations r^v.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+
+def dt_fixup_factor(mu: float, depth: int, relation_aware: bool = False) -> float:
+    """Theorem 3.1's scale for the weights of each of ``depth`` new layers, given the input norm mu."""
+    if depth < 1 or mu <= 0:
+        raise ValueError(f"DT-Fixup needs depth >= 1 and mu > 0, got depth={depth}, mu={mu}")
+    if relation_aware:
+        return (depth * (4 * mu**2 + 2 * mu + 2)) ** -0.5
+    return depth**-0.5 / (2 * mu)
+
+
+def _own_linears(layer: nn.Module):
+    """``(name, Linear)`` of a layer's own linear maps: shared heads (``attn.shared``) excluded."""
+    for name, m in layer.named_modules():
+        if isinstance(m, nn.Linear) and ".shared." not in f".{name}.":
+            yield name, m
+
+
+@torch.no_grad()
+def xavier_init(stack: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every own linear map of ``stack``'s layers."""
+    for _, m in _own_linears(stack):
+        nn.init.xavier_uniform_(m.weight)
+        if m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+@torch.no_grad()
+def input_norm_bound(vectors) -> float:
+    """mu = max_j ||x_j||: ``vectors`` yields ``(x [B, L, d], mask [B, L] bool)`` batches."""
+    mu = 0.0
+    for x, mask in vectors:
+        norms = x.float().norm(dim=-1)[mask]
+        if norms.numel():
+            mu = max(mu, float(norms.max()))
+    if not math.isfinite(mu) or mu <= 0:
+        raise ValueError(f"DT-Fixup: the measured input norm is {mu}; the stack's inputs are all zero or not finite")
+    return mu
+
+
+SCALED = ("attn.value", "attn.output", "ffn_in", "ffn_out")  # v, w and the MLP (seqenc.model.Layer)
+
+
+@torch.no_grad()
+def apply_dt_fixup(layers, mu: float, relation_aware: bool = False) -> float:
+    """Scale v, w and the MLP matrices of each layer of ``layers`` (a sequence of
+    seqenc.model.Layer) by Theorem 3.1's factor for their depth; returns the factor."""
+    factor = dt_fixup_factor(mu, len(layers), relation_aware)
+    for layer in layers:
+        for name, m in _own_linears(layer):
+            if name in SCALED:
+                m.weight.mul_(factor)
+    log.info("DT-Fixup: %d layers, input norm mu = %.3f, weights of v, w and the MLP scaled by %.3g",
+             len(layers), mu, factor)
+    return factor
+
+
+@torch.no_grad()
+def fixup_key_aggregator(ka, batches) -> float:
+    """Measure the KA's input norm on ``batches`` of ``(key_reprs, key_mask)`` (training
+    sequences), scale its layers, record mu in ``ka.fixup_mu``; a KA already scaled is left
+    alone. Returns mu."""
+    if float(ka.fixup_mu) > 0:
+        return float(ka.fixup_mu)
+    was_training = ka.training
+    ka.eval()
+    mu = input_norm_bound(ka.inputs(kr, mask) for kr, mask in batches)
+    ka.train(was_training)
+    apply_dt_fixup(ka.encoder.layers, mu)
+    ka.fixup_mu.fill_(mu)
+    return mu

@@ -1,0 +1,161 @@
+"""MAFiD's layers (Lee et al., 2023, "Moving Average Equipped Fusion-in-Decoder") and a MAFiD-style
+table-text classifier built from them.
+
+Layers (selectable, as the attention variants are):
+
+* :class:`CrossAttention`: multi-head attention of queries x over a context (the attention
+  core of seqenc.attention; the one mask convention, converted by ``additive_mask``);
+* :class:`GatedCrossAttention`: x + tanh(gate) * CrossAttention(x, context), the gate a learnable
+  vector initialised at 0, so the layer starts closed (the input passes unchanged) -- MAFiD's
+  Eq. 5 after Flamingo (Alayrac et al., 2022);
+* single-row attention: seqenc.attention.SelfAttention with one head (MAFiD's SHA, Eq. 2);
+* the low-dimensional EMA: seqenc.ema.LowDimEMA (Eq. 3-4).
+
+:class:`MafidTableEncoder` (training mode ``table``, ``table_attention = "mafid"``) follows the
+paper's Figure 1 for a text and a table, with a classification head where the paper decodes:
+
+1. *independent encoding* (FiD): every row r becomes its own sequence ``[CLS] text [SEP] h_1 c_1
+   h_2 c_2 ... [SEP]`` (header names before their cells; the text repeated per row, as FiD
+   repeats the question per passage), encoded by one shared BERT stack -> C_r;
+2. *single-row reasoning*: C_r^(1) = SHA(C_r) inside each row;
+3. *multi-row reasoning*: the rows' C^(1) concatenated into one long sequence, through the
+   low-dimensional EMA -> C^(2) (``mafid_ema``: "lowdim", "full" (K = 1) or "none");
+4. *gated fusion*: C~ = C + tanh(p) * C^(1); a learned query G reads C~ by cross-attention
+   (residual + LayerNorm, as the decoder layer around MAFiD's Eq. 5), then G2 = G1 + tanh(q) *
+   CrossAttention(G1, C^(2)); the task head reads G2. ``mafid_gate = False`` (the ablation)
+   replaces tanh(p), tanh(q) by 1.
+
+Choices where the paper is vague: TabFact has no passages, so a row's block is its cells only
+(the paper's b_P is empty); the decoder's queries become one learned query vector (a classifier
+needs one output); a row keeps the table's header names (a row without them loses its
+columns' meaning); the rows kept are those the flattened encoders keep within
+``max_table_tokens`` (seqenc.table_inputs), so every variant sees the same cells, and each row
+block is cut to ``max_positions`` tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+from seqenc.attention import SelfAttention, additive_mask, get_backend
+from seqenc.config import TVMKAConfig, plain_config
+from seqenc.ema import LowDimEMA
+from seqenc.heads import make_head
+from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
+from seqenc.table_inputs import encode_table_text
+from seqenc.tokenizer import ValueTokenizer
+
+MAFID_EMAS = ("lowdim", "full", "none")
+
+
+class CrossAttention(nn.Module):
+    """Queries x [B, Lq, d] over context [B, Lc, d] (mask [B, Lc] bool) -> [B, Lq, d]."""
+
+    def __init__(self, config: TVMKAConfig):
+        super().__init__()
+        self.n_heads, self.d_head = config.n_heads, config.d_head
+        self.query = nn.Linear(config.d_model, config.d_model)
+        self.key = nn.Linear(config.d_model, config.d_model)
+        self.value = nn.Linear(config.d_model, config.d_model)
+        self.output = nn.Linear(config.d_model, config.d_model)
+        self.attn_dropout = config.attn_dropout
+        self.core = get_backend(config.attn_backend)
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        B, Lq, _ = x.shape
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, L, d] -> [B, h, L, d_head]
+            return t.view(B, t.size(1), self.n_heads, self.d_head).transpose(1, 2)
+
+        out = self.core(heads(self.query(x)), heads(self.key(context)), heads(self.value(context)),
+                        additive_mask(mask, x.dtype), self.attn_dropout, self.training)
+        return self.output(out.transpose(1, 2).reshape(B, Lq, -1))
+
+
+class GatedCrossAttention(nn.Module):
+    """x + tanh(gate) * CrossAttention(x, context); the gate [d_model] starts at 0 (closed)."""
+
+    def __init__(self, config: TVMKAConfig, gated: bool = True):
+        super().__init__()
+        self.attn = CrossAttention(config)
+        self.gate = nn.Parameter(torch.zeros(config.d_model)) if gated else None
+
+    def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        update = self.attn(x, context, mask)
+        return x + (torch.tanh(self.gate) * update if self.gate is not None else update)
+
+
+def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], config: TVMKAConfig):
+    """One example -> its row blocks (step 1 of the module docstring): a list over rows of
+    (input_ids, token_type_ids); at least one block (a table without rows: the header's)."""
+    flat = encode_table_text(tok, text, header, rows, max_len=config.max_table_tokens,
+                             max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
+                             max_rows=config.max_rows, max_columns=config.max_columns)
+    columns = min(len(header), config.max_columns)
+    kept = rows[:min(len(rows), config.max_rows) - flat.rows_dropped] or [[""] * columns]
+    pieces = tok.encode_many([text, *header[:columns], *(c for r in kept for c in r[:columns])])
+    text_ids = [tok.cls_id, *pieces[0][:config.max_text_tokens], tok.sep_id]
+    names = pieces[1:1 + columns]
+    cells = pieces[1 + columns:]
+    blocks = []
+    for r in range(len(kept)):
+        table: list[int] = []
+        for c in range(columns):
+            table += names[c][:config.max_cell_tokens] + cells[r * columns + c][:config.max_cell_tokens]
+        ids = (text_ids + table)[:config.max_positions - 1] + [tok.sep_id]
+        blocks.append((ids, [0] * len(text_ids) + [1] * (len(ids) - len(text_ids))))
+    return blocks
+
+
+class MafidTableEncoder(SaveLoadMixin, nn.Module):
+    """Text + table as per-row blocks -> MAFiD's encoding, reasoning and gated fusion -> task head."""
+
+    def __init__(self, config: TVMKAConfig):
+        super().__init__()
+        self.config = config = plain_config(config)
+        if config.mafid_ema not in MAFID_EMAS:
+            raise ValueError(f"mafid_ema={config.mafid_ema!r} is not one of {MAFID_EMAS}")
+        self.embeddings = Embeddings(config)
+        self.encoder = Encoder(config, None, 0.0)
+        self.single_row = SelfAttention(dataclasses.replace(config, n_heads=1), None, 0.0)
+        reduction = config.mafid_reduction if config.mafid_ema == "lowdim" else 1
+        self.multi_row = LowDimEMA(config.d_model, reduction) if config.mafid_ema != "none" else None
+        self.query = nn.Parameter(torch.zeros(config.d_model))
+        self.read = CrossAttention(config)
+        self.read_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.fuse = GatedCrossAttention(config, gated=config.mafid_gate) if self.multi_row is not None else None
+        self.row_gate = nn.Parameter(torch.zeros(config.d_model)) if config.mafid_gate else None
+        self.head = make_head(config)
+        init_weights(self, config.init_std)
+        nn.init.normal_(self.query, std=config.init_std)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor):
+        # [B, R, Lr] each (R rows of Lr tokens) -> [B, n_outputs]
+        B, R, Lr = input_ids.shape
+        flat_mask = attention_mask.view(B * R, Lr).clone()
+        flat_mask[:, 0] = True  # a padding row (an example with fewer rows) attends to something; never read
+        C = self.encoder(self.embeddings(input_ids.view(B * R, Lr), token_type_ids.view(B * R, Lr)), flat_mask)
+        C1 = self.single_row(C, additive_mask(flat_mask, C.dtype))  # [B R, Lr, d]
+        C, C1, mask = C.view(B, R * Lr, -1), C1.reshape(B, R * Lr, -1), attention_mask.view(B, R * Lr)
+        mixed = C + (torch.tanh(self.row_gate) * C1 if self.row_gate is not None else C1)  # C~ of Eq. 5
+        G = self.query.expand(B, 1, -1)
+        G = self.read_norm(G + self.read(G, mixed, mask))  # G^(1)
+        if self.multi_row is not None:
+            G = self.fuse(G, self.multi_row(C1, mask), mask)  # G^(2) = G^(1) + tanh(q) * MHA(G^(1), C^(2))
+        return self.head(G[:, 0])
+
+    def batch_inputs(self, data, index, tok: ValueTokenizer) -> tuple[torch.Tensor, ...]:
+        """``forward``'s inputs for the examples ``index`` of ``data`` (seqenc.table_model.TableExamples)."""
+        blocks = [row_blocks(tok, *data.tables[int(i)], self.config) for i in index]
+        R = max(len(b) for b in blocks)
+        Lr = max(len(ids) for b in blocks for ids, _ in b)
+        ids = torch.full((len(blocks), R, Lr), tok.pad_id, dtype=torch.long)
+        types = torch.zeros_like(ids)
+        for b, rows in enumerate(blocks):
+            for r, (row_ids, row_types) in enumerate(rows):
+                ids[b, r, :len(row_ids)] = torch.tensor(row_ids)
+                types[b, r, :len(row_types)] = torch.tensor(row_types)
+        return ids, types, ids != tok.pad_id
