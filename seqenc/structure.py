@@ -40,7 +40,6 @@ apply, the most specific wins (a token pair in one cell is ``same cell``, not ``
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
