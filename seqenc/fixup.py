@@ -72,6 +72,14 @@ def xavier_init(stack: nn.Module) -> None:
 
 
 @torch.no_grad()
+def prepare_key_aggregator(ka) -> None:
+    """Step 1 for a KA built with ``ka_init = "dt_fixup"``: Xavier on its layers, and its [CLS]
+    input vector drawn from N(0, 1) (the choice in the module docstring)."""
+    xavier_init(ka.encoder)
+    nn.init.normal_(ka.cls)
+
+
+@torch.no_grad()
 def input_norm_bound(vectors) -> float:
     """mu = max_j ||x_j||: ``vectors`` yields ``(x [B, L, d], mask [B, L] bool)`` batches."""
     mu = 0.0

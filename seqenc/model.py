@@ -43,7 +43,7 @@ from torch import nn
 
 from seqenc.attention import SelfAttention, SharedHeadProjections, additive_mask
 from seqenc.config import TVMKAConfig
-from seqenc.fixup import xavier_init
+from seqenc.fixup import prepare_key_aggregator
 from seqenc.heads import make_head
 
 log = logging.getLogger(__name__)
@@ -349,9 +349,8 @@ class TVMKA(SaveLoadMixin, nn.Module):
         self.tvm = TemporalValueModeler(config, shared)
         self.ka = KeyAggregator(config, shared)
         init_weights(self, config.init_std)
-        if config.ka_init == "dt_fixup":  # Xavier on the KA's own layers; the scaling waits for mu
-            xavier_init(self.ka.encoder)
-            nn.init.normal_(self.ka.cls)  # a [CLS] of 0 would stay ~0 through LayerNorm-free layers (seqenc.fixup)
+        if config.ka_init == "dt_fixup":  # Xavier on the KA's own layers, a random [CLS]; the scaling waits for mu
+            prepare_key_aggregator(self.ka)
 
     def shared_parameters(self) -> list[nn.Parameter]:
         return [p for n, p in self.tvm.named_parameters() if ".attn.shared." in n]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.cli_args import config_arg
+from training.cli_args import config_arg, positive_int
 
 
 def cmd_bench_accuracy(args) -> int:
@@ -81,14 +81,14 @@ def cmd_bench_ingest(args) -> int:
     return 0
 
 
-def _int_list(text: str, flag: str) -> list[int]:
+def _int_list(text: str, flag: str, minimum: int = 1) -> list[int]:
     """``1,2,4`` -> [1, 2, 4]; a ValueError naming the flag otherwise."""
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"{flag} takes whole numbers separated by commas, e.g. 1,2,4; got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{flag} takes numbers >= 1, e.g. 1,2,4; got {text!r}")
+    if not values or min(values) < minimum:
+        raise ValueError(f"{flag} takes numbers >= {minimum}, e.g. 1,2,4; got {text!r}")
     return values
 
 
@@ -127,6 +127,31 @@ def cmd_bench_sequences(args) -> int:
     png = out.with_suffix(".png")
     plot_sequences(result, png)
     print(f"wrote {png}")
+    return 0
+
+
+def cmd_bench_depth(args) -> int:
+    from training.bench.depth import INITS, TASKS, DepthBenchSettings, bench_depth, depth_table, log_summary, plot_depth
+
+    tasks = tuple(t for t in args.tasks.split(",") if t)
+    inits = tuple(i for i in args.inits.split(",") if i)
+    for flag, given, known in (("--tasks", tasks, TASKS), ("--inits", inits, INITS)):
+        unknown = sorted(set(given) - set(known))
+        if unknown or not given:
+            raise ValueError(f"{flag}: unknown {', '.join(unknown) or 'nothing given'}; choose from {', '.join(known)}")
+    if not Path(args.data_dir).is_dir():
+        raise FileNotFoundError(f"--data-dir {args.data_dir} does not exist (the shared data: ../shared/data)")
+    settings = DepthBenchSettings(data_dir=args.data_dir, tasks=tasks, inits=inits,
+                                  depths=tuple(_int_list(args.depths, "--depths")),
+                                  seeds=tuple(_int_list(args.seeds, "--seeds", minimum=0)), steps=args.steps,
+                                  lr=args.lr, warmup=args.warmup, batch_size=args.batch_size, limit=args.limit)
+    out = Path(args.json)
+    workdir = Path(args.workdir or out.with_suffix("")).resolve()
+    result = bench_depth(settings, workdir, progress=not args.no_progress)
+    _write_result(result, depth_table, out)
+    pngs = plot_depth(result, out)
+    log_summary(result, workdir, [out, out.with_suffix(".md"), *pngs])
+    print(f"wrote {', '.join(map(str, pngs))}")
     return 0
 
 
@@ -268,6 +293,24 @@ def add_bench_parser(sub) -> None:
                     help="data and outputs (default: beside --json); days already ingested there are reused")
     bq.add_argument("--no-progress", action="store_true")
     bq.set_defaults(func=cmd_bench_sequences)
+    bd = bsub.add_parser("depth", help="KA depth x init (default + warm-up, default, DT-Fixup) over a frozen MiniLM "
+                         "TVM on TabFact and BGL: test metric and final train loss per cell, learning curves")
+    bd.add_argument("--json", required=True, help="output JSON (a .md table and a -curves.png plot go beside it)")
+    bd.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"),
+                    help="the shared data (tabfact/, loghub/)")
+    bd.add_argument("--tasks", default="tabfact,bgl")
+    bd.add_argument("--depths", default="2,4,8,16", metavar="N1,N2,...")
+    bd.add_argument("--inits", default="default_warmup,default,dt_fixup")
+    bd.add_argument("--seeds", default="0,1,2", metavar="S1,S2,...")
+    bd.add_argument("--steps", type=positive_int, default=300, help="KA steps per cell")
+    bd.add_argument("--lr", type=float, default=5e-4, help="the KA's learning rate, every cell")
+    bd.add_argument("--warmup", type=int, default=50, help="warm-up steps of default_warmup")
+    bd.add_argument("--batch-size", type=positive_int, default=32)
+    bd.add_argument("--limit", type=positive_int, default=None, help="tabfact: tables kept; bgl: log lines read")
+    bd.add_argument("--workdir", default=None, help="data, MLflow store (default: beside --json)")
+    bd.add_argument("--no-progress", action="store_true")
+    bd.set_defaults(func=cmd_bench_depth)
+
     bt = bsub.add_parser("tables", help="table-text verification in TabFact's layout: dense, MATE, TableFormer and "
                          "TVM-KA (scratch, MiniLM) next to majority and bag-of-words baselines, accuracy under row / "
                          "column shuffles, and forward+backward time and memory from 512 to 8192 tokens")

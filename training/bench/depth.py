@@ -1,0 +1,239 @@
+"""``seqenc bench depth``: how deep a KA trains on a pre-trained MiniLM TVM, by initialisation.
+
+For each task the MiniLM TVM (seqenc.pretrained, frozen) computes KR(k) of every key of every
+sequence once (seqenc.inference.key_representations); then, per cell (depth x init x seed), a
+KA of that depth is trained on the cached KRs alone -- the KA phase of Algorithm 1 with the TVM
+held still, so that only the KA's optimisation differs between cells -- and evaluated on the
+task's test split. ``init``:
+
+* ``default_warmup``: the KA's default init (BERT's, post-LayerNorm layers) with ``warmup``
+  steps of linear learning-rate warm-up;
+* ``default``: the same without warm-up;
+* ``dt_fixup``: seqenc.fixup (LayerNorm-free Xavier layers scaled by N^-1/2 / (2 mu), mu
+  measured on the training sequences), without warm-up.
+
+Tasks (``../shared/data``): ``tabfact`` (statements joined to their tables, the table task of
+``seqenc bench tables``; split by table; metric accuracy) and ``bgl`` (BGL log windows,
+training.bench.data; stratified split; metric F1 of the anomaly class at the dev-fitted
+threshold). Choices: the KA has no heads shared with the frozen TVM (sharing would train the
+TVM's heads); the same learning rate for every cell (``lr``, large enough that warm-up matters;
+chosen before any test figure was seen); ``final_train_loss`` is the mean task loss of the last
+20 steps. Every cell is an MLflow run (its learning curve as ``train/task_loss``), and
+``<json>-curves.png`` plots the curves per task and init (logged to a summary run).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+TASKS = ("tabfact", "bgl")
+INITS = ("default_warmup", "default", "dt_fixup")
+DEPTHS = (2, 4, 8, 16)
+
+
+@dataclass
+class DepthBenchSettings:
+    data_dir: str
+    tasks: tuple[str, ...] = TASKS
+    depths: tuple[int, ...] = DEPTHS
+    inits: tuple[str, ...] = INITS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 300
+    lr: float = 5e-4
+    warmup: int = 50
+    batch_size: int = 32
+    limit: int | None = None  # tabfact: tables kept (seeded sample); bgl: log lines read
+    max_len: int = 128  # TVM window, tokens
+
+
+@dataclass
+class TaskKRs:
+    """One task's cached KRs and what the KA trains and is scored on."""
+
+    name: str
+    metric: str  # "accuracy" | "f1"
+    kr: object  # torch.Tensor [n_key_rows, d_model]
+    data: object  # seqenc.sequences.TokenizedSequences
+    y: np.ndarray
+    splits: dict
+    class_names: list
+
+
+def _task_objects(task: str, s: DepthBenchSettings, work: Path):
+    """(objects, labels {id: name}, split {id: split}, exclude_keys) of a task from the shared data."""
+    import polars as pl
+
+    from parsers import storage
+    from training.bench import tables as tb
+    from training.bench.data import load_dataset
+    from training.table_task import example_objects, groups_of
+    from training.task_data import grouped_split
+
+    if task == "tabfact":
+        src = Path(s.data_dir) / "tabfact"
+        settings = tb.TablesBenchSettings(tables=str(src / "tables"), train=str(src / "val.jsonl"),
+                                          max_tables=s.limit, seed=0)
+        tb.prepare(settings, work)
+        root = work / "data"
+        objects = example_objects(root, tb.STATEMENTS, None, tb.TABLES, "table").collect()
+        labels = storage.read_labels(root, tb.STATEMENTS)
+        ids = sorted(objects["sequence_id"].unique().to_list())
+        groups = groups_of(storage.scan_objects(root, tb.STATEMENTS), "table")
+        split = dict(zip(ids, grouped_split(ids, groups, seed=0)))
+        return objects, dict(zip(labels["sequence_id"], labels["label"])), split, ()
+    ds = load_dataset("bgl", s.data_dir, work, seed=0, limit=s.limit)
+    labels = dict(zip(ds.labels["sequence_id"].to_list(), ds.labels["label"].to_list()))
+    split = dict(zip(ds.split["sequence_id"].to_list(), ds.split["split"].to_list()))
+    return ds.objects.filter(pl.col("sequence_id").is_in(list(split))), labels, split, ds.exclude_keys
+
+
+def task_krs(task: str, s: DepthBenchSettings, work: Path, progress: bool) -> TaskKRs:
+    """A task's sequences through the frozen MiniLM TVM, once."""
+    from seqenc.inference import key_representations
+    from seqenc.pretrained import tvmka_from_bert
+    from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+    from seqenc.tokenizer import ValueTokenizer
+
+    objects, labels, split, exclude = _task_objects(task, s, work / task)
+    tok = ValueTokenizer.from_bert("minilm")
+    data = tokenize_value_sequences(collect_value_sequences(objects, exclude), tok, max_len=s.max_len)
+    names = sorted({labels[i] for i in data.sequence_ids})
+    y = np.array([names.index(labels[i]) for i in data.sequence_ids])
+    where = np.array([split[i] for i in data.sequence_ids])
+    splits = {name: np.flatnonzero(where == name) for name in ("train", "dev", "test")}
+    tvm = tvmka_from_bert("minilm", vocab_size=tok.vocab_size, into_ka=False, max_positions=s.max_len).tvm
+    t0 = time.perf_counter()
+    kr = key_representations(tvm, data, tok.pad_id, progress=progress)
+    log.info("bench depth %s: %d sequences, %d keys, KRs in %.0f s", task, len(y), len(data.keys),
+             time.perf_counter() - t0)
+    return TaskKRs(task, "accuracy" if task == "tabfact" else "f1", kr, data, y, splits, names)
+
+
+def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettings) -> tuple[dict, list[float]]:
+    """One KA trained on ``t``'s cached KRs -> (row, its per-step training losses)."""
+    import torch
+    import torch.nn.functional as F
+
+    from seqenc.fixup import fixup_key_aggregator, prepare_key_aggregator
+    from seqenc.inference import gather_keys, ka_probabilities
+    from seqenc.model import KeyAggregator, init_weights
+    from seqenc.pretrained import config_from_bert
+    from training.data import class_weights
+    from training.engines import make_engine
+    from training.metrics import best_threshold, split_metrics
+
+    torch.manual_seed(seed)
+    task = "binary" if len(t.class_names) == 2 and t.metric == "f1" else "multiclass"
+    config = config_from_bert("minilm", n_shared_heads=0, ka_layers=depth, n_classes=len(t.class_names), task=task,
+                              ka_init="dt_fixup" if init == "dt_fixup" else "default")
+    ka = KeyAggregator(config, None)
+    init_weights(ka, config.init_std)
+    train, offsets = t.splits["train"], t.data.key_rows_of()
+    ka.fit_kr_standardisation(t.kr[torch.as_tensor(np.isin(t.data.key_seq, train))])
+    if init == "dt_fixup":
+        prepare_key_aggregator(ka)
+        fixup_key_aggregator(ka, (gather_keys(t.kr, offsets, train[i:i + 256]) for i in range(0, len(train), 256)))
+    engine = make_engine(ka, s.lr, 0.01, s.warmup if init == "default_warmup" else 0, s.steps, 1.0)
+    weights = class_weights(t.y[train], len(t.class_names), task)
+    rng = np.random.default_rng(seed)
+    losses = []
+    for _ in range(s.steps):
+        ka.train()
+        batch = rng.choice(train, size=min(s.batch_size, len(train)), replace=False)
+        loss = F.cross_entropy(ka(*gather_keys(t.kr, offsets, batch)), torch.as_tensor(t.y[batch]), weight=weights)
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item() if np.isfinite(loss.item()) else float("nan"))
+    probs = ka_probabilities(ka, t.kr, t.data)
+    dev, test = t.splits["dev"], t.splits["test"]
+    if t.metric == "accuracy":
+        metric = float(np.mean(probs[test].argmax(1) == t.y[test]))
+    else:  # F1 of the anomaly class at the threshold fitted on dev
+        metric = split_metrics(t.y[test], probs[test], task, best_threshold(t.y[dev], probs[dev, 1]))["f1"]
+    row = {"task": t.name, "depth": depth, "init": init, "seed": seed, "metric": float(metric),
+           "final_train_loss": float(np.mean(losses[-20:])), "metric_name": t.metric,
+           "fixup_mu": float(ka.fixup_mu)}
+    return row, losses
+
+
+def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = True) -> dict:
+    from tqdm.auto import tqdm
+
+    from training import tracking
+
+    work = Path(workdir).resolve()
+    rows, curves = [], {}
+    for task in s.tasks:
+        t = task_krs(task, s, work, progress)
+        cells = [(d, i, seed) for d in s.depths for i in s.inits for seed in s.seeds]
+        for depth, init, seed in tqdm(cells, desc=f"depth study {task}", disable=not progress):
+            params = {"task": task, "depth": depth, "init": init, "seed": seed, **asdict(s)}
+            with tracking.run(work, f"depth-{task}-{depth}-{init}-{seed}", params, {"bench": "depth"}):
+                row, losses = train_cell(t, depth, init, seed, s)
+                for step in range(0, len(losses), 5):
+                    tracking.log_metrics({"train/task_loss": losses[step]}, step)
+                tracking.log_metrics({f"test/{row['metric_name']}": row["metric"],
+                                      "final_train_loss": row["final_train_loss"]}, len(losses))
+            rows.append(row)
+            curves[(task, depth, init, seed)] = losses
+            log.info("bench depth: %s", row)
+    return {"settings": asdict(s), "rows": rows, "curves": {"|".join(map(str, k)): v for k, v in curves.items()}}
+
+
+def depth_table(r: dict) -> str:
+    """Mean (min-max) of the metric and the final train loss over seeds, per task, depth and init."""
+    lines = ["| task | depth | init | metric (mean, min-max) | final train loss (mean) | seeds |",
+             "|---|---:|---|---|---:|---:|"]
+    cells: dict = {}
+    for x in r["rows"]:
+        cells.setdefault((x["task"], x["depth"], x["init"]), []).append(x)
+    for (task, depth, init), xs in cells.items():
+        m = [x["metric"] for x in xs]
+        loss = np.nanmean([x["final_train_loss"] for x in xs])
+        lines.append(f"| {task} | {depth} | {init} | {np.mean(m):.3f} ({min(m):.3f}-{max(m):.3f}) "
+                     f"{xs[0]['metric_name']} | {loss:.4f} | {len(xs)} |")
+    return "\n".join(lines)
+
+
+def plot_depth(r: dict, path: Path) -> list[Path]:
+    """``<path>-curves.png``: training loss curves, a panel per task and init, a colour per depth."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = sorted({x["task"] for x in r["rows"]})
+    inits = [i for i in INITS if any(x["init"] == i for x in r["rows"])]
+    fig, axes = plt.subplots(len(tasks), len(inits), figsize=(4 * len(inits), 3 * len(tasks)), squeeze=False)
+    for (task, depth, init, seed), losses in ((k.split("|"), v) for k, v in r["curves"].items()):
+        ax = axes[tasks.index(task)][inits.index(init)]
+        ax.plot(losses, lw=0.8, color=plt.cm.viridis(DEPTHS.index(int(depth)) / len(DEPTHS))
+                if int(depth) in DEPTHS else "grey", label=f"depth {depth}" if seed == "0" else None)
+        ax.set_title(f"{task}: {init}")
+        ax.set_xlabel("KA step")
+        ax.set_ylabel("train loss")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    out = path.with_name(path.stem + "-curves.png")
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return [out]
+
+
+def log_summary(r: dict, workdir: Path, files: list[Path]) -> None:
+    """The table and plots as artifacts of one summary MLflow run."""
+    import mlflow
+
+    from training import tracking
+
+    with tracking.run(workdir, "depth-summary", {"settings": json.dumps(r["settings"])[:450]}, {"bench": "depth"}):
+        for f in files:
+            mlflow.log_artifact(str(f), "bench_depth")
