@@ -15,7 +15,7 @@ def test_bench_depth_writes_the_contract(tmp_path):
     data = require(DATA / "tabfact").parent
     out = tmp_path / "depth.json"
     assert main(["bench", "depth", "--json", str(out), "--data-dir", str(data), "--tasks", "tabfact",
-                 "--limit", "8", "--depths", "1,3", "--seeds", "0", "--steps", "6", "--warmup", "3",
+                 "--tabfact-tables", "8", "--depths", "1,3", "--seeds", "0", "--steps", "6", "--warmup", "3",
                  "--no-progress"]) == 0
     r = json.loads(out.read_text())
     rows = r["rows"]

@@ -144,7 +144,8 @@ def cmd_bench_depth(args) -> int:
     settings = DepthBenchSettings(data_dir=args.data_dir, tasks=tasks, inits=inits,
                                   depths=tuple(_int_list(args.depths, "--depths")),
                                   seeds=tuple(_int_list(args.seeds, "--seeds", minimum=0)), steps=args.steps,
-                                  lr=args.lr, warmup=args.warmup, batch_size=args.batch_size, limit=args.limit)
+                                  lr=args.lr, warmup=args.warmup, batch_size=args.batch_size,
+                                  tabfact_tables=args.tabfact_tables, bgl_lines=args.bgl_lines)
     out = Path(args.json)
     workdir = Path(args.workdir or out.with_suffix("")).resolve()
     result = bench_depth(settings, workdir, progress=not args.no_progress)
@@ -306,7 +307,8 @@ def add_bench_parser(sub) -> None:
     bd.add_argument("--lr", type=float, default=5e-4, help="the KA's learning rate, every cell")
     bd.add_argument("--warmup", type=int, default=50, help="warm-up steps of default_warmup")
     bd.add_argument("--batch-size", type=positive_int, default=32)
-    bd.add_argument("--limit", type=positive_int, default=None, help="tabfact: tables kept; bgl: log lines read")
+    bd.add_argument("--tabfact-tables", type=positive_int, default=None, help="a seeded sample of TabFact's tables")
+    bd.add_argument("--bgl-lines", type=positive_int, default=200_000, help="BGL log lines read")
     bd.add_argument("--workdir", default=None, help="data, MLflow store (default: beside --json)")
     bd.add_argument("--no-progress", action="store_true")
     bd.set_defaults(func=cmd_bench_depth)

@@ -50,7 +50,8 @@ class DepthBenchSettings:
     lr: float = 5e-4
     warmup: int = 50
     batch_size: int = 32
-    limit: int | None = None  # tabfact: tables kept (seeded sample); bgl: log lines read
+    tabfact_tables: int | None = None  # a seeded sample of TabFact's tables (None: all 1,696)
+    bgl_lines: int | None = 200_000  # BGL log lines read
     max_len: int = 128  # TVM window, tokens
 
 
@@ -80,7 +81,7 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
     if task == "tabfact":
         src = Path(s.data_dir) / "tabfact"
         settings = tb.TablesBenchSettings(tables=str(src / "tables"), train=str(src / "val.jsonl"),
-                                          max_tables=s.limit, seed=0)
+                                          max_tables=s.tabfact_tables, seed=0)
         tb.prepare(settings, work)
         root = work / "data"
         objects = example_objects(root, tb.STATEMENTS, None, tb.TABLES, "table").collect()
@@ -89,7 +90,7 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
         groups = groups_of(storage.scan_objects(root, tb.STATEMENTS), "table")
         split = dict(zip(ids, grouped_split(ids, groups, seed=0)))
         return objects, dict(zip(labels["sequence_id"], labels["label"])), split, ()
-    ds = load_dataset("bgl", s.data_dir, work, seed=0, limit=s.limit)
+    ds = load_dataset("bgl", s.data_dir, work, seed=0, limit=s.bgl_lines)
     labels = dict(zip(ds.labels["sequence_id"].to_list(), ds.labels["label"].to_list()))
     split = dict(zip(ds.split["sequence_id"].to_list(), ds.split["split"].to_list()))
     return ds.objects.filter(pl.col("sequence_id").is_in(list(split))), labels, split, ds.exclude_keys
