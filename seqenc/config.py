@@ -24,6 +24,7 @@ TRAINING_PRESETS = {"paper": {"train": {"tvm_ka_ratio": 2.0}}}
 TVM_POSITIONS = ("sequence", "within_value")
 TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer", "mafid")  # seqenc.table_model, seqenc.mafid
 KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
+KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
 # model settings a task kind gets unless its config says otherwise (the measured best, docs/training.md;
 # the paper's plain next-item head is ``{"item_history": false}``, its S(k) ``{"value_end": false}``)
 TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True}}
@@ -99,6 +100,10 @@ class TVMKAConfig:
     # KA's input norm mu is measured on the training data; no KA warm-up.
     ka_layers: int | None = None
     ka_init: str = "default"
+    # how the KA's keys interact: "attention" (the paper), or "ema" for long key sets -- MAFiD's
+    # low-dimensional damped EMA (seqenc.ema, reduction mafid_reduction) in place of self-attention,
+    # linear in the number of keys; the keys are then read in their order (first seen)
+    ka_mixer: str = "attention"
 
     # --- DropHead on the shared heads, TVM only, training only (paper: 0.2) ----------------
     drophead: float = 0.2
@@ -185,6 +190,10 @@ class TVMKAConfig:
             raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
         if self.ka_layers is not None and self.ka_layers < 1:
             raise ValueError(f"ka_layers={self.ka_layers} must be >= 1 (or None: n_layers)")
+        if self.ka_mixer not in KA_MIXERS:
+            raise ValueError(f"ka_mixer={self.ka_mixer!r} is not one of {KA_MIXERS}")
+        if self.ka_mixer == "ema" and self.ka_init == "dt_fixup":
+            raise ValueError("ka_init='dt_fixup' scales attention layers; ka_mixer='ema' has none")
         if self.ka_init not in KA_INITS:
             raise ValueError(f"ka_init={self.ka_init!r} is not one of {KA_INITS}")
         if self.mate_row_heads is not None and not 0 <= self.mate_row_heads <= self.n_heads:

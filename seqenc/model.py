@@ -43,6 +43,7 @@ from torch import nn
 
 from seqenc.attention import SelfAttention, SharedHeadProjections, additive_mask
 from seqenc.config import TVMKAConfig
+from seqenc.ema import LowDimEMA
 from seqenc.fixup import prepare_key_aggregator
 from seqenc.heads import make_head
 
@@ -108,6 +109,38 @@ class Layer(nn.Module):
     def forward(self, x: torch.Tensor, bias: torch.Tensor | None, attend=None) -> torch.Tensor:
         x = self.attn_norm(x + self.dropout(self.attn(x, bias, attend)))
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class EMALayer(nn.Module):
+    """A Layer with MAFiD's low-dimensional EMA (seqenc.ema) in place of self-attention:
+    x = LN(x + EMA(x)); x = LN(x + FFN(x)). Linear in the length; reads positions in order."""
+
+    def __init__(self, config: TVMKAConfig):
+        super().__init__()
+        self.mix = LowDimEMA(config.d_model, config.mafid_reduction)
+        self.mix_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(config.d_model, config.d_ff)
+        self.act = ACTIVATIONS[config.hidden_act]()
+        self.ffn_out = nn.Linear(config.d_ff, config.d_model)
+        self.ffn_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        x = self.mix_norm(x + self.dropout(self.mix(x, mask)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class EMAEncoder(nn.Module):
+    """``n_layers`` EMALayers over x [B, L, d] with mask [B, L] bool (the KA's ``ka_mixer="ema"``)."""
+
+    def __init__(self, config: TVMKAConfig, n_layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(EMALayer(config) for _ in range(n_layers))
+
+    def forward(self, x: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, attention_mask)
+        return x
 
 
 class Encoder(nn.Module):
@@ -219,9 +252,9 @@ class KeyAggregator(nn.Module):
         self.register_buffer("fixup_mu", torch.zeros(()))
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
-        # DropHead is TVM-only; DT-Fixup's layers have no LayerNorm
-        self.encoder = Encoder(config, shared, drophead=0.0, n_layers=config.ka_depth,
-                               norm=config.ka_init != "dt_fixup")
+        # DropHead is TVM-only; DT-Fixup's layers have no LayerNorm; EMA layers share no heads
+        self.encoder = EMAEncoder(config, config.ka_depth) if config.ka_mixer == "ema" else \
+            Encoder(config, shared, drophead=0.0, n_layers=config.ka_depth, norm=config.ka_init != "dt_fixup")
         self.head = make_head(config)
 
     def inputs(self, key_reprs: torch.Tensor, key_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

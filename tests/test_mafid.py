@@ -148,3 +148,27 @@ def test_mafid_ablations_build_and_run(tok, ablation):
         assert model.multi_row.ema.dim == 32
     if ablation.get("mafid_gate") is False:
         assert model.row_gate is None and model.fuse.gate is None
+
+
+def test_an_ema_ka_reads_long_key_sets_in_linear_memory_and_ignores_padding(tmp_path):
+    from seqenc.model import TVMKA
+
+    torch.manual_seed(0)
+    config = TVMKAConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2, d_ff=64, dropout=0.0,
+                         attn_dropout=0.0, max_positions=16, ka_mixer="ema", ka_layers=2)
+    model = TVMKA(config).eval()
+    ka = model.ka
+    assert not any(".attn." in name for name, _ in ka.named_parameters())  # no attention, no shared heads
+    kr, mask = torch.randn(2, 50, 32), torch.ones(2, 50, dtype=torch.bool)
+    mask[1, 20:] = False
+    out = ka(kr, mask)
+    assert out.shape == (2, 2)
+    assert torch.allclose(ka(kr[1:, :20], mask[1:, :20]), out[1:], atol=1e-5)  # padded keys change nothing
+    sizes = {K: _saved_elements(lambda x, m: ka(x, m), torch.randn(1, K, 32, requires_grad=True),
+                                torch.ones(1, K, dtype=torch.bool)) for K in (1000, 4000)}
+    assert sizes[4000] / sizes[1000] < 4.5  # linear in the number of keys
+    model.save_pretrained(tmp_path / "m")
+    again = TVMKA.from_pretrained(tmp_path / "m").eval()
+    assert torch.allclose(again.ka(kr, mask), out, atol=1e-6)
+    with pytest.raises(ValueError, match="ka_mixer"):
+        TVMKAConfig(ka_mixer="mamba")

@@ -241,3 +241,11 @@ def test_dt_fixup_ka_is_scaled_once_at_the_first_refresh_and_learns_without_warm
     mus = [m["ka/fixup_mu"] for _, m in logged if "ka/fixup_mu" in m]
     assert len(mus) == 1 and mus[0] == pytest.approx(float(model.ka.fixup_mu)) and mus[0] > 1  # once, measured
     assert len(model.ka.encoder.layers) == 4 and result["test"]["f1"] >= 0.9, result["test"]
+
+
+def test_an_ema_ka_trains_in_the_interleaved_trainer(tmp_path):
+    model, tok, data, y, splits, cfg = build(tvm_ka_ratio=0.5)
+    torch.manual_seed(0)
+    model = TVMKA(TVMKAConfig(**{**model.config.to_dict(), "ka_mixer": "ema", "mafid_reduction": 2}))
+    result = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False).fit()
+    assert result["test"]["f1"] >= 0.9, result["test"]
