@@ -147,3 +147,50 @@ def write_app_log(path: Path, n_lines: int = 1200, seed: int = 0) -> Path:
             lines.append(f"{stamp} INFO executor.CoarseGrainedExecutorBackend: Got assigned task {rng.randint(1, 999)}")
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def write_shelves(tables: Path, texts: Path, n_tables: int = 6, seed: int = 0) -> dict:
+    """A user's tables and statements about them: ``tables/<shelf>.csv`` (columns item, count)
+    and ``texts/claims.jsonl`` (cid, claim, shelf, verdict): "there are N <item> on the shelf",
+    ``held`` when the table says N, else ``refuted``."""
+    rng = random.Random(seed)
+    tables.mkdir(parents=True, exist_ok=True)
+    texts.mkdir(parents=True, exist_ok=True)
+    items = ["bolts", "nuts", "washers", "rivets", "hinges", "gaskets"]
+    claims = []
+    for t in range(n_tables):
+        name = f"shelf-{t:02d}.csv"
+        rows = [(item, rng.randint(1, 9)) for item in rng.sample(items, 4)]
+        (tables / name).write_text("item,count\n" + "".join(f"{a},{b}\n" for a, b in rows))
+        for k in range(8):
+            item, count = rows[k % 4]
+            held = k % 2 == 0
+            claims.append({"cid": f"c{t}-{k}", "claim": f"there are {count if held else count % 9 + 1} {item}",
+                           "shelf": name, "verdict": "held" if held else "refuted"})
+    (texts / "claims.jsonl").write_text("".join(json.dumps(c) + "\n" for c in claims))
+    return {"tables": sorted(tables.glob("*.csv")), "claims": texts / "claims.jsonl", "n_claims": len(claims)}
+
+
+def table_catalogue_text(tiny_steps: bool = True) -> str:
+    """Sources ``shelves`` (tables) and ``claims`` (texts with labels); task ``claim_check``
+    (binary, positive ``refuted``) joining each claim to the table its ``shelf`` field names."""
+    train = '{tvm_ka_ratio = 0.1, checkpoint_every = 0}' if tiny_steps else "{}"
+    return f'''
+[sources.shelves]
+kind = "tables"
+
+[sources.claims]
+kind = "texts"
+text_field = "claim"
+id_field = "cid"
+label_field = "verdict"
+
+[tasks.claim_check]
+source = "claims"
+kind = "binary"
+positive = "refuted"
+table_source = "shelves"
+table_key = "shelf"
+size = "tiny"
+config = {{train = {train}}}
+'''
