@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 from safetensors.torch import load_file
@@ -199,6 +200,23 @@ def load_bert_encoder(embeddings: Embeddings, encoder: Encoder, config: TVMKACon
     state = read_bert_state(directory)
     load_bert_embeddings(embeddings, state, config)
     _load_encoder(encoder, state, config, load_shared=False)
+
+
+@torch.no_grad()
+def load_bert_table_encoder(model, name_or_path: str | Path = "minilm") -> None:
+    """Pre-trained init of a table model (seqenc.table_model.TableTextEncoder or
+    seqenc.mafid.MafidTableEncoder): its word, position and token-type embeddings and its BERT
+    layers from the checkpoint; what BERT has no counterpart for -- row and column embeddings,
+    TableFormer's relation scalars, MAFiD's single-row attention, EMA and fusion, the head --
+    keeps its own init. Positions are per cell (seqenc.table_inputs), so the checkpoint's first
+    ``max_positions`` rows serve."""
+    directory = resolve_bert_dir(name_or_path)
+    _check_compatible(model.config, json.loads((directory / "config.json").read_text()))
+    state = read_bert_state(directory)
+    load_bert_embeddings(model.embeddings, state, model.config)
+    layers = model.encoder.layers if hasattr(model, "encoder") else model.layers
+    _load_encoder(SimpleNamespace(layers=layers), state, model.config, load_shared=False)
+    log.info("loaded BERT weights from %s into the %s", directory, type(model).__name__)
 
 
 def tvmka_from_bert(name_or_path: str | Path = "minilm", vocab_size: int | None = None, into_ka: bool = True,

@@ -98,3 +98,32 @@ def test_examples_come_from_long_form_objects(tok):
     assert data.tables == [("ann won", ["name", "score"], [["ann", "3"], ["bob", "5"]])]
     with pytest.raises(ValueError, match="no objects"):
         TableExamples.from_objects(objects, ["s", "t"])
+
+
+@pytest.mark.parametrize("kind", ["dense", "mafid"])
+def test_table_encoders_start_from_minilm(kind):
+    from transformers import BertModel
+
+    from seqenc.pretrained import config_from_bert, load_bert_table_encoder, minilm_dir
+    from seqenc.table_model import table_encoder
+
+    config = config_from_bert("minilm", dropout=0.0, attn_dropout=0.0, max_positions=80, table_attention=kind,
+                              n_classes=2, n_shared_heads=0)
+    model = table_encoder(config).eval()
+    load_bert_table_encoder(model, "minilm")
+    bert = BertModel.from_pretrained(str(minilm_dir())).eval()
+    layers = model.encoder.layers if kind == "mafid" else model.layers
+    assert torch.equal(layers[5].ffn_out.weight, bert.encoder.layer[5].output.dense.weight)
+    assert torch.equal(model.embeddings.word.weight[:1000], bert.embeddings.word_embeddings.weight[:1000])
+    if kind == "dense":  # with zero row / column embeddings the encoder is BERT on per-cell positions
+        with torch.no_grad():
+            model.embeddings.row.weight.zero_()
+            model.embeddings.column.weight.zero_()
+        ids = torch.tensor([[101, 2003, 1037, 102, 3231, 2054, 2003, 1037]])
+        types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+        pos = torch.tensor([[0, 1, 2, 3, 0, 1, 0, 0]])
+        zeros, mask = torch.zeros_like(ids), torch.ones_like(ids, dtype=torch.bool)
+        with torch.no_grad():
+            ours = model.encode(ids, types, types * 2, zeros, zeros, pos, mask)
+            theirs = bert(input_ids=ids, token_type_ids=types, position_ids=pos).last_hidden_state[:, 0]
+        assert (ours - theirs).abs().max() < 1e-4

@@ -55,12 +55,17 @@ def tabfact(tmp_path_factory):
     return {"base": base, "work": work, "catalog": catalog, "root": root}
 
 
-@pytest.mark.parametrize("mode,attention", [("interleaved", None), ("table", "tableformer"), ("table", "mate")])
-def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention):
+@pytest.mark.parametrize("mode,attention,pretrained", [("interleaved", None, None), ("table", "tableformer", None),
+                                                      ("table", "mate", None), ("table", "dense", "minilm")])
+def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pretrained):
     work = tabfact["work"]
     args = ["train", "--catalog", tabfact["catalog"], "--task", "verify", "--workdir", str(work), "--no-progress",
             "--mode", mode]
-    if attention:
+    if pretrained:  # the table encoder from the offline MiniLM: its positions, vocabulary and layers
+        args += ["--pretrained", pretrained, "--config", json.dumps({
+            "model": {"table_attention": attention, "max_table_tokens": 128},
+            "train": {"task_steps": 4, "batch_size": 4}})]  # a path check: MiniLM steps are slow on CPU
+    elif attention:
         args += ["--config", json.dumps({"model": {"table_attention": attention, "max_positions": 80,
                                                    "max_table_tokens": 256}})]
     capsys.readouterr()
@@ -77,7 +82,7 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention):
     assert "label" not in objects["key"].to_list()
     meta = json.loads((work / "models" / "verify" / "bundle" / "metadata.json").read_text())
     assert meta["table_source"] == "tables" and meta["mode"] == mode
-    pred = work / "pred" / mode / (attention or "tvmka")
+    pred = work / "pred" / mode / f"{attention or 'tvmka'}-{pretrained or 'scratch'}"
     assert main(["score", "--model", str(work / "models" / "verify" / "bundle"), "--input", tabfact["root"],
                  "--out", str(pred), "--no-progress"]) == 0
     scored = pl.read_parquet(next(pred.glob("date=*/part-0.parquet")))

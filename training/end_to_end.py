@@ -38,7 +38,7 @@ from seqenc.baselines import (
 )
 from seqenc.config import TVMKAConfig
 from seqenc.inference import to_model
-from seqenc.pretrained import load_bert_encoder
+from seqenc.pretrained import load_bert_encoder, load_bert_table_encoder
 from seqenc.sequences import TokenizedSequences
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
@@ -114,6 +114,8 @@ def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, t
     objects = objects.join(pl.DataFrame({"sequence_id": data.sequence_ids}), on="sequence_id", how="semi")
     if mode == "table":  # a table task's examples: text + flattened table (seqenc.table_model)
         model = table_encoder(plain)
+        if pretrained:
+            load_bert_table_encoder(model, pretrained)
         tables = TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))),
                                             list(data.sequence_ids))
         return model, lambda idx: model.batch_inputs(tables, idx, tok)

@@ -259,8 +259,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode, **train_overrides}
     if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
-    if pretrained and mode in ("joint", "record_view", "table"):
-        raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave or flattened")
+    if pretrained and mode in ("joint", "record_view"):
+        raise ValueError(f"mode {mode!r} has no pre-trained init; use interleaved, no_interleave, flattened or table")
     if pretrained:
         depth = {"n_layers": pretrained_layers} if pretrained_layers else {}
         fixed = sorted(set(model_overrides) & CHECKPOINT_FIELDS)
@@ -268,8 +268,9 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
             raise ValueError(f"with a pre-trained init the checkpoint sets {', '.join(fixed)}: leave them out of "
                              "the model config (--pretrained-layers sets the depth)")
         into_ka = model_overrides.get("ka_init", "default") == "default"  # DT-Fixup: a new KA (seqenc.fixup)
-        model = tvmka_from_bert(pretrained, into_ka=into_ka, **{"max_positions": sz["model"]["max_positions"],
-                                                             **model_overrides, **depth, **task})
+        # the TVM's window is the size's; a table model's positions are per cell: the checkpoint's serve
+        window = {} if mode == "table" else {"max_positions": sz["model"]["max_positions"]}
+        model = tvmka_from_bert(pretrained, into_ka=into_ka, **{**window, **model_overrides, **depth, **task})
     else:
         model = TVMKA(TVMKAConfig(**{**sz["model"], **model_overrides, **task}))
     train_cfg = TrainConfig(**train)
