@@ -95,15 +95,16 @@ def key_representations(
     """
     was_training = tvm.training
     tvm.eval()
-    first: dict[tuple, int] = {}  # window tokens -> its unique index
-    window_unique = np.fromiter((first.setdefault(tuple(w), len(first)) for w in data.windows),
-                                dtype=np.int64, count=len(data.windows))
-    unique = list(first)
+    first: dict[bytes, int] = {}  # a window's tokens (int64 bytes: compact, exact) -> its unique index
+    window_unique = np.fromiter((first.setdefault(np.asarray(w, dtype=np.int64).tobytes(), len(first))
+                                 for w in data.windows), dtype=np.int64, count=len(data.windows))
+    unique = [np.frombuffer(key, dtype=np.int64).copy() for key in first]
+    del first
     lengths = np.fromiter((len(w) for w in unique), dtype=np.int64, count=len(unique))
     cls_vectors = torch.empty(len(unique), tvm.config.d_model)
     for idx in tqdm(length_batches(lengths, batch_tokens), desc="key representations",
                     disable=not progress, leave=False):
-        ids, mask = pad_batch([list(unique[i]) for i in idx], pad_id)
+        ids, mask = pad_batch([unique[i] for i in idx], pad_id)
         cls_vectors[torch.as_tensor(idx)] = tvm.key_representations(*to_model((ids, mask), tvm)).float().cpu()
     tvm.train(was_training)
     return pool_windows(cls_vectors[torch.as_tensor(window_unique)], torch.as_tensor(data.window_key),
