@@ -157,6 +157,9 @@ class TVMKAConfig:
     mate_global: int = 66  # the efficient MATE's global section G: [CLS] + 64 text tokens + [SEP]
     mate_radius: int = 64  # its bucket size R: exact while a row / column has at most R tokens
     max_table_tokens: int = 512  # the whole text + table sequence (positions are per cell: max_positions)
+    # TableFormer past this many tokens: attention a block of this many queries at a time, the
+    # relation bias built per block and recomputed in the backward pass (no [h, L, L] tensor); 0: never
+    tableformer_block: int = 1024
     # table_attention "mafid" (seqenc.mafid): the EMA across rows ("lowdim", "full" or "none"), its
     # reduction K (d_model / K channels) and the tanh gates (False: the ablation without gates)
     mafid_ema: str = "lowdim"

@@ -202,11 +202,13 @@ def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_r
 
 
 # --- TableFormer ------------------------------------------------------------------------------
-def table_relations(row_ids, col_ids, segment) -> torch.Tensor:
-    """[B, L, L] long: the TableFormer relation (RELATIONS index) of query i to key j."""
-    si, sj = segment[:, :, None], segment[:, None, :]
-    same_row = row_ids[:, :, None] == row_ids[:, None, :]
-    same_col = col_ids[:, :, None] == col_ids[:, None, :]
+def table_relations(row_ids, col_ids, segment, queries: slice | None = None) -> torch.Tensor:
+    """[B, Lq, L] long: the TableFormer relation (RELATIONS index) of query i to key j, for the
+    queries ``queries`` (default: all)."""
+    q = queries or slice(None)
+    si, sj = segment[:, q, None], segment[:, None, :]
+    same_row = row_ids[:, q, None] == row_ids[:, None, :]
+    same_col = col_ids[:, q, None] == col_ids[:, None, :]
     rel = torch.full(same_row.shape, OTHERS, dtype=torch.long, device=segment.device)
     rules = [  # (condition, relation): later rules are more specific and win
         ((si == TEXT) & (sj == TEXT), SENTENCE_TO_SENTENCE),
@@ -225,6 +227,42 @@ def table_relations(row_ids, col_ids, segment) -> torch.Tensor:
     for condition, relation in rules:
         rel = rel.masked_fill(condition, relation)
     return rel
+
+
+def compact_relations(row_ids, col_ids, segment, block: int) -> torch.Tensor:
+    """[B, L, L] uint8: :func:`table_relations` built ``block`` queries at a time (one byte a
+    pair, computed once per input and shared by every layer)."""
+    B, L = segment.shape
+    out = torch.empty(B, L, L, dtype=torch.uint8, device=segment.device)
+    for start in range(0, L, block):
+        out[:, start:start + block] = table_relations(row_ids, col_ids, segment, slice(start, start + block))
+    return out
+
+
+def tableformer_attention(q, k, v, scalars: torch.Tensor, relations: torch.Tensor, attention_mask, block: int,
+                          dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
+    """TableFormer's attention a block of ``block`` queries at a time: q, k, v [B, h, L, d] ->
+    [B, h, L, d], ``relations`` from :func:`compact_relations`, ``scalars`` [13, h] the layer's.
+    Each block gathers its bias [B, h, block, L], attends, and is recomputed in the backward
+    pass (activation checkpointing), so no [h, L, L] tensor ever exists: memory grows with
+    L x block (and L^2 bytes for the relations), not h L^2 floats. Equal to the whole bias
+    (TableFormerBias) up to float rounding."""
+    from torch.utils.checkpoint import checkpoint
+
+    keep = attention_mask[:, None, None, :]
+
+    def one_block(qb, k, v, scalars, start: int):
+        rel = relations[:, start:start + qb.size(2)].long()  # [B, b, L]
+        bias = F.embedding(rel, scalars).permute(0, 3, 1, 2)  # [B, h, b, L]
+        bias = bias.masked_fill(~keep, _neg(bias.dtype))
+        return F.scaled_dot_product_attention(qb, k, v, attn_mask=bias, dropout_p=dropout_p if training else 0.0)
+
+    outs = []
+    for start in range(0, q.size(2), block):
+        qb = q[:, :, start:start + block]
+        outs.append(checkpoint(one_block, qb, k, v, scalars, start, use_reentrant=False)
+                    if torch.is_grad_enabled() else one_block(qb, k, v, scalars, start))
+    return torch.cat(outs, 2)
 
 
 class TableFormerBias(nn.Module):

@@ -31,7 +31,15 @@ from seqenc.config import TVMKAConfig, plain_config
 from seqenc.heads import make_head
 from seqenc.mafid import MafidTableEncoder
 from seqenc.model import Layer, SaveLoadMixin, init_weights
-from seqenc.structure import TableFormerBias, mate_attention, mate_layout, mate_mask, table_relations
+from seqenc.structure import (
+    TableFormerBias,
+    compact_relations,
+    mate_attention,
+    mate_layout,
+    mate_mask,
+    table_relations,
+    tableformer_attention,
+)
 from seqenc.table_inputs import collate, encode_table_text, table_of_objects
 from seqenc.tokenizer import ValueTokenizer
 
@@ -115,12 +123,18 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
             layout = mate_layout(row_ids, col_ids, segment, attention_mask, self.n_row_heads, cfg.n_heads,
                                  cfg.mate_global, cfg.mate_radius, x.dtype)
             attend = partial(_mate_core, layout=layout, n_row_heads=self.n_row_heads)
-        else:  # tableformer
+        elif cfg.tableformer_block and x.size(1) > cfg.tableformer_block:  # long: block by block, no L x L
+            relations = compact_relations(row_ids, col_ids, segment, cfg.tableformer_block)
+            attend = partial(_tableformer_core, relations=relations, attention_mask=attention_mask,
+                             block=cfg.tableformer_block)
+        else:  # tableformer, short enough for the whole [h, L, L] bias
             relations = table_relations(row_ids, col_ids, segment)
         for i, layer in enumerate(self.layers):
-            if relations is not None:
+            if relations is not None and attend is None:
                 bias = self.relation_bias[i](relations, attention_mask)
-            x = layer(x, bias, attend)
+            layer_attend = partial(attend, scalars=self.relation_bias[i].scalars.weight) \
+                if kind == "tableformer" and attend is not None else attend
+            x = layer(x, bias, layer_attend)
         return x[:, 0]
 
     def forward(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
@@ -143,6 +157,10 @@ TABLE_MODELS = (TableTextEncoder, MafidTableEncoder)  # training mode "table"
 def table_encoder(config: TVMKAConfig) -> TableTextEncoder | MafidTableEncoder:
     """The table model ``config.table_attention`` names: MAFiD's own model, else the encoder here."""
     return MafidTableEncoder(config) if config.table_attention == "mafid" else TableTextEncoder(config)
+
+
+def _tableformer_core(q, k, v, dropout_p, training, scalars, relations, attention_mask, block):
+    return tableformer_attention(q, k, v, scalars, relations, attention_mask, block, dropout_p, training)
 
 
 def _mate_core(q, k, v, dropout_p, training, layout, n_row_heads):

@@ -127,3 +127,21 @@ def test_table_encoders_start_from_minilm(kind):
             ours = model.encode(ids, types, types * 2, zeros, zeros, pos, mask)
             theirs = bert(input_ids=ids, token_type_ids=types, position_ids=pos).last_hidden_state[:, 0]
         assert (ours - theirs).abs().max() < 1e-4
+
+
+def test_tableformer_block_by_block_equals_the_whole_bias_with_gradients(tok):
+    rng = random.Random(3)
+    data = TableExamples(["a", "b"], [random_table(rng, n_rows=7), random_table(rng, n_rows=3)])
+    outs, grads = {}, {}
+    for block in (0, 16):
+        m = model("tableformer", tok, tableformer_block=block)
+        batch = m.batch_inputs(data, [0, 1], tok)
+        assert batch[0].shape[1] > 16  # several blocks, and padding in the second example
+        out = m(*batch)
+        out.sum().backward()
+        outs[block] = out.detach()
+        grads[block] = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    assert (outs[0] - outs[16]).abs().max() <= 1e-5
+    assert grads[0].keys() == grads[16].keys() and any("relation_bias" in n for n in grads[16])
+    for name in grads[0]:
+        assert torch.allclose(grads[0][name], grads[16][name], atol=1e-5), name
