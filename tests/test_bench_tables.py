@@ -20,8 +20,9 @@ def test_bench_tables_writes_the_contract(tmp_path):
     assert set(r["accuracy"]) == {"tableformer", "tvmka", "mafid", "majority", "bow_lr"}
     for name, a in r["accuracy"].items():
         assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
-        assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1
+        assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1 and 0.5 <= a["top_prediction_share"] <= 1
     assert r["accuracy"]["tableformer"]["variation"] == 0.0  # exactly invariant, through ingest and scoring
+    assert r["accuracy"]["majority"]["top_prediction_share"] == 1.0
     assert r["accuracy"]["tableformer"]["accuracy"] == r["accuracy"]["tableformer"]["perturbed_accuracy"]
     rows = {(x["variant"], x["tokens"]) for x in r["scaling"]}
     tables = {(v, t) for v, t in rows if v not in ("ema_lowdim", "attention")}

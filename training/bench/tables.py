@@ -41,6 +41,7 @@ import json
 import logging
 import random
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -167,9 +168,11 @@ def _scores(predicted, perturbed, labels: dict[str, str]) -> dict:
     a = dict(zip(predicted["sequence_id"].to_list(), predicted["prediction"].to_list()))
     b = dict(zip(perturbed["sequence_id"].to_list(), perturbed["prediction"].to_list()))
     ids = sorted(set(a) & set(labels))
+    top = max(Counter(a[i] for i in ids).values())
     return {"accuracy": sum(a[i] == labels[i] for i in ids) / len(ids),
             "perturbed_accuracy": sum(b[i] == labels[i] for i in ids) / len(ids),
-            "variation": sum(a[i] != b[i] for i in ids) / len(ids), "test_statements": len(ids)}
+            "variation": sum(a[i] != b[i] for i in ids) / len(ids), "test_statements": len(ids),
+            "top_prediction_share": top / len(ids)}  # 1.0: one class for every statement (variation 0 trivially)
 
 
 def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str, progress: bool) -> tuple[Path, dict]:
@@ -230,7 +233,8 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labe
     out = {}
     for name, pred in (("majority", [majority] * len(test)), ("bow_lr", list(predicted))):
         acc = float(np.mean([p == test_labels[i] for p, i in zip(pred, test)]))
-        out[name] = {"accuracy": acc, "perturbed_accuracy": acc, "variation": 0.0, "test_statements": len(test)}
+        out[name] = {"accuracy": acc, "perturbed_accuracy": acc, "variation": 0.0, "test_statements": len(test),
+                     "top_prediction_share": max(Counter(pred).values()) / len(test)}
     return out
 
 
@@ -280,10 +284,11 @@ def bench_tables(s: TablesBenchSettings, workdir: str | Path, progress: bool = T
 def tables_table(r: dict) -> str:
     lines = []
     if "accuracy" in r:
-        lines += ["| variant | accuracy | perturbed accuracy | variation | test statements |", "|---|---:|---:|---:|---:|"]
+        lines += ["| variant | accuracy | perturbed accuracy | variation | most predicted class share | test statements |",
+                  "|---|---:|---:|---:|---:|---:|"]
         for name, a in r["accuracy"].items():
             lines.append(f"| {name} | {a['accuracy']:.3f} | {a['perturbed_accuracy']:.3f} | {a['variation']:.3f} | "
-                         f"{a['test_statements']} |")
+                         f"{a.get('top_prediction_share', float('nan')):.3f} | {a['test_statements']} |")
         lines.append("")
     if "scaling" in r:
         lines += ["| variant | tokens | seconds | peak MB | added MB | status | time / baseline | "
