@@ -69,7 +69,8 @@ class TaskKRs:
 
 
 def _task_objects(task: str, s: DepthBenchSettings, work: Path):
-    """(objects, labels {id: name}, split {id: split}, exclude_keys) of a task from the shared data."""
+    """(objects, labels {id: name}, split {id: split}, exclude_keys, class names) of a task from
+    the shared data; for bgl the class names are (negative, positive)."""
     import polars as pl
 
     from parsers import storage
@@ -89,11 +90,12 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
         ids = sorted(objects["sequence_id"].unique().to_list())
         groups = groups_of(storage.scan_objects(root, tb.STATEMENTS), "table")
         split = dict(zip(ids, grouped_split(ids, groups, seed=0)))
-        return objects, dict(zip(labels["sequence_id"], labels["label"])), split, ()
+        return objects, dict(zip(labels["sequence_id"], labels["label"])), split, (), sorted(set(labels["label"]))
     ds = load_dataset("bgl", s.data_dir, work, seed=0, limit=s.bgl_lines)
     labels = dict(zip(ds.labels["sequence_id"].to_list(), ds.labels["label"].to_list()))
     split = dict(zip(ds.split["sequence_id"].to_list(), ds.split["split"].to_list()))
-    return ds.objects.filter(pl.col("sequence_id").is_in(list(split))), labels, split, ds.exclude_keys
+    return (ds.objects.filter(pl.col("sequence_id").is_in(list(split))), labels, split, ds.exclude_keys,
+            list(ds.class_names))
 
 
 def task_krs(task: str, s: DepthBenchSettings, work: Path, progress: bool) -> TaskKRs:
@@ -103,10 +105,9 @@ def task_krs(task: str, s: DepthBenchSettings, work: Path, progress: bool) -> Ta
     from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
     from seqenc.tokenizer import ValueTokenizer
 
-    objects, labels, split, exclude = _task_objects(task, s, work / task)
+    objects, labels, split, exclude, names = _task_objects(task, s, work / task)
     tok = ValueTokenizer.from_bert("minilm")
     data = tokenize_value_sequences(collect_value_sequences(objects, exclude), tok, max_len=s.max_len)
-    names = sorted({labels[i] for i in data.sequence_ids})
     y = np.array([names.index(labels[i]) for i in data.sequence_ids])
     where = np.array([split[i] for i in data.sequence_ids])
     splits = {name: np.flatnonzero(where == name) for name in ("train", "dev", "test")}
