@@ -25,10 +25,10 @@ def test_bench_tables_writes_the_contract(tmp_path):
     assert r["accuracy"]["majority"]["top_prediction_share"] == 1.0
     assert r["accuracy"]["tableformer"]["accuracy"] == r["accuracy"]["tableformer"]["perturbed_accuracy"]
     rows = {(x["variant"], x["tokens"]) for x in r["scaling"]}
-    tables = {(v, t) for v, t in rows if v not in ("ema_lowdim", "attention")}
+    tables = {(v, t) for v, t in rows if v not in ("ema_lowdim", "attention", "attention_eager")}
     assert all(t <= 128 for _, t in tables) and len(tables) == 4  # the tokens the synthetic table filled
     assert {v for v, _ in tables} == {"dense", "mate_mask", "mate", "tableformer"}
-    assert rows - tables == {("ema_lowdim", 256), ("attention", 256)}  # MAFiD's EMA against the layer it replaces
+    assert rows - tables == {("ema_lowdim", 256), ("attention", 256), ("attention_eager", 256)}  # EMA vs attention
     for x in r["scaling"]:
         assert set(x) >= {"variant", "tokens", "seconds", "peak_mb", "status"} and x["status"] == "ok"
         assert x["time_vs_baseline"] > 0 and x["added_mb"] >= 0

@@ -5,7 +5,9 @@
   (:func:`synthetic_batch`);
 * one layer across ``tokens`` positions (issue 26: MAFiD's multi-row reasoning): ``ema_lowdim``
   (seqenc.ema.LowDimEMA, d_model 256, K = 4) against ``attention`` (seqenc.attention.SelfAttention,
-  d_model 256, 8 heads, the default SDPA core) -- the quadratic layer the EMA replaces.
+  d_model 256, 8 heads, the default SDPA core, whose CPU kernel works in blocks and never holds
+  the L x L scores) and ``attention_eager`` (the same layer with the eager core: the scores and
+  probabilities materialised, as in the papers' dense attention) -- the layer the EMA replaces.
 
 Every row runs in its own child process (peak RSS; killed past ``max_mb`` -> ``oom``, past
 ``max_seconds`` -> ``over_limit``; training.bench.model.run_isolated); seconds are the fastest of
@@ -23,8 +25,8 @@ import sys
 import time
 
 SCALING_VARIANTS = ("dense", "mate_mask", "mate", "tableformer")
-LAYER_VARIANTS = ("ema_lowdim", "attention")
-BASELINE = {**{v: "dense" for v in SCALING_VARIANTS}, **{v: "attention" for v in LAYER_VARIANTS}}
+LAYER_VARIANTS = ("ema_lowdim", "attention", "attention_eager")
+BASELINE = {**{v: "dense" for v in SCALING_VARIANTS}, **{v: "attention" for v in LAYER_VARIANTS}}  # ratios against
 LAYER_D_MODEL, LAYER_HEADS, EMA_REDUCTION = 256, 8, 4
 
 
@@ -69,7 +71,8 @@ def layer_case(variant: str, positions: int):
     x = torch.randn(1, positions, LAYER_D_MODEL, requires_grad=True)
     if variant == "ema_lowdim":
         return LowDimEMA(LAYER_D_MODEL, EMA_REDUCTION), (x, torch.ones(1, positions, dtype=torch.bool))
-    config = TVMKAConfig(d_model=LAYER_D_MODEL, n_heads=LAYER_HEADS, n_shared_heads=0, dropout=0.0, attn_dropout=0.0)
+    config = TVMKAConfig(d_model=LAYER_D_MODEL, n_heads=LAYER_HEADS, n_shared_heads=0, dropout=0.0, attn_dropout=0.0,
+                         attn_backend="eager" if variant == "attention_eager" else "sdpa")
     return SelfAttention(config, None, 0.0), (x, None)
 
 
