@@ -13,11 +13,11 @@ def test_bench_tables_writes_the_contract(tmp_path):
     out = tmp_path / "tables.json"
     assert main(["bench", "tables", "--tables", str(src / "tables"), "--train", str(src / "val.jsonl"),
                  "--json", str(out), "--size", "tiny", "--max-tables", "12", "--scaling-tokens", "128",
-                 "--variants", "tableformer,tvmka,mafid", "--layer-positions", "256",
+                 "--variants", "tableformer,mafid", "--layer-positions", "256",
                  "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
     r = json.loads(out.read_text())
-    # every variant trains and scores through the CLI in tests/test_table_task.py; here two, and the baselines
-    assert set(r["accuracy"]) == {"tableformer", "tvmka", "mafid", "majority", "bow_lr"}
+    # every variant trains and scores through the CLI in tests/test_table_task.py (TVM-KA too); here two + baselines
+    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr"}
     for name, a in r["accuracy"].items():
         assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
         assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1 and 0.5 <= a["top_prediction_share"] <= 1
