@@ -133,11 +133,14 @@ class SelfAttention(nn.Module):
         scale[:, : self.n_shared] = keep.to(dtype) / (1.0 - self.drophead)
         return scale[:, :, None, None]
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, attend: Callable | None = None) -> torch.Tensor:
-        # x: [B, L, d_model]; bias: additive, [B, 1|h, 1|L, L], or None. ``attend(q, k, v,
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None, attend: Callable | None = None,
+                context: torch.Tensor | None = None) -> torch.Tensor:
+        # x: [B, L, d_model]; bias: additive, [B, 1|h, 1|L, Lc], or None. ``attend(q, k, v,
         # dropout_p, training)`` replaces the core and the bias (MATE's bucketed attention,
-        # seqenc.structure.mate_attention, which never builds an L x L matrix).
-        q, k, v = (self._project(x, name) for name in ("query", "key", "value"))
+        # seqenc.structure.mate_attention, which never builds an L x L matrix). ``context``
+        # [B, Lc, d_model]: keys and values come from it (cross-attention); default x itself.
+        source = x if context is None else context
+        q, k, v = self._project(x, "query"), self._project(source, "key"), self._project(source, "value")
         if attend is not None:
             heads = attend(q, k, v, self.attn_dropout, self.training)
         else:

@@ -40,39 +40,26 @@ import dataclasses
 import torch
 from torch import nn
 
-from seqenc.attention import SelfAttention, additive_mask, get_backend
+from seqenc.attention import SelfAttention, additive_mask
 from seqenc.config import TVMKAConfig, plain_config
 from seqenc.ema import LowDimEMA
 from seqenc.heads import make_head
 from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
-from seqenc.table_inputs import encode_table_text
+from seqenc.table_inputs import table_pieces
 from seqenc.tokenizer import ValueTokenizer
 
 MAFID_EMAS = ("lowdim", "full", "none")
 
 
-class CrossAttention(nn.Module):
-    """Queries x [B, Lq, d] over context [B, Lc, d] (mask [B, Lc] bool) -> [B, Lq, d]."""
+class CrossAttention(SelfAttention):
+    """Queries x [B, Lq, d] over context [B, Lc, d] (mask [B, Lc] bool) -> [B, Lq, d]: the
+    self-attention layer's private heads with keys and values from the context."""
 
     def __init__(self, config: TVMKAConfig):
-        super().__init__()
-        self.n_heads, self.d_head = config.n_heads, config.d_head
-        self.query = nn.Linear(config.d_model, config.d_model)
-        self.key = nn.Linear(config.d_model, config.d_model)
-        self.value = nn.Linear(config.d_model, config.d_model)
-        self.output = nn.Linear(config.d_model, config.d_model)
-        self.attn_dropout = config.attn_dropout
-        self.core = get_backend(config.attn_backend)
+        super().__init__(config, None, 0.0)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        B, Lq, _ = x.shape
-
-        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, L, d] -> [B, h, L, d_head]
-            return t.view(B, t.size(1), self.n_heads, self.d_head).transpose(1, 2)
-
-        out = self.core(heads(self.query(x)), heads(self.key(context)), heads(self.value(context)),
-                        additive_mask(mask, x.dtype), self.attn_dropout, self.training)
-        return self.output(out.transpose(1, 2).reshape(B, Lq, -1))
+        return super().forward(x, additive_mask(mask, x.dtype), context=context)
 
 
 class GatedCrossAttention(nn.Module):
@@ -91,22 +78,15 @@ class GatedCrossAttention(nn.Module):
 def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], config: TVMKAConfig):
     """One example -> its row blocks (step 1 of the module docstring): a list over rows of
     (input_ids, token_type_ids); at least one block (a table without rows: the header's)."""
-    flat = encode_table_text(tok, text, header, rows, max_len=config.max_table_tokens,
-                             max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
-                             max_rows=config.max_rows, max_columns=config.max_columns)
-    columns = min(len(header), config.max_columns)
-    kept = rows[:min(len(rows), config.max_rows) - flat.rows_dropped] or [[""] * columns]
-    pieces = tok.encode_many([text, *header[:columns], *(c for r in kept for c in r[:columns])])
-    text_ids = [tok.cls_id, *pieces[0][:config.max_text_tokens], tok.sep_id]
-    names = pieces[1:1 + columns]
-    cells = pieces[1 + columns:]
+    t = table_pieces(tok, text, header, rows, max_len=config.max_table_tokens,
+                     max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
+                     max_rows=config.max_rows, max_columns=config.max_columns)
     blocks = []
-    for r in range(len(kept)):
-        table: list[int] = []
-        for c in range(columns):
-            table += names[c][:config.max_cell_tokens] + cells[r * columns + c][:config.max_cell_tokens]
-        ids = (text_ids + table)[:config.max_positions - 1] + [tok.sep_id]
-        blocks.append((ids, [0] * len(text_ids) + [1] * (len(ids) - len(text_ids))))
+    for row in t.rows or [[[] for _ in t.header]]:  # a table without rows: one block of its header
+        table = [i for name, cell in zip(t.header, row) for i in name + cell]
+        ids = (t.text + table)[:config.max_positions - 1] + [tok.sep_id]
+        token_type = [0] * len(t.text) + [1] * (len(ids) - len(t.text))
+        blocks.append((ids, token_type))
     return blocks
 
 

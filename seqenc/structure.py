@@ -150,13 +150,10 @@ def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_h
 
 
 def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torch.Tensor:
-    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d] -> the
-    outputs [B, h, L, d] in the view's sorted order."""
+    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d], already in
+    the view's sorted order -> the outputs [B, h, L, d] in that order."""
     B, h, L, d = q.shape
     G, n, R = view.G, view.n, view.radius
-    # sort by rows of [B, L, h, d] (the projections' own layout: contiguous h * d per token)
-    batch = torch.arange(B, device=q.device)[:, None]
-    q, k, v = (t.transpose(1, 2)[batch, view.order].transpose(1, 2) for t in (q, k, v))
     p = dropout_p if training else 0.0
     # the global section attends to everything: [B, h, G, d] (PyTorch's fused core, scaled 1 / sqrt(d))
     out_global = F.scaled_dot_product_attention(q[:, :, :G], k, v, attn_mask=view.global_bias, dropout_p=p)
@@ -196,7 +193,9 @@ def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_r
     out = q.new_empty(B, L, h, d)
     for view, heads in ((layout[0], slice(0, n_row_heads)), (layout[1], slice(n_row_heads, h))):
         if view is not None:
-            sorted_out = _bucketed(q[:, heads], k[:, heads], v[:, heads], view, dropout_p, training)
+            # sort by rows of [B, L, h, d] (the projections' own layout: contiguous h * d per token)
+            qs, ks, vs = (t[:, heads].transpose(1, 2)[batch, view.order].transpose(1, 2) for t in (q, k, v))
+            sorted_out = _bucketed(qs, ks, vs, view, dropout_p, training)
             out[batch, view.order, heads] = sorted_out.transpose(1, 2)
     return out.transpose(1, 2)
 

@@ -61,28 +61,55 @@ class TableText:
         return len(self.input_ids)
 
 
+@dataclass
+class TablePieces:
+    """The token ids an encoder keeps of a text and a table, after truncation (module docstring)."""
+
+    text: list[int]  # [CLS] text [SEP]
+    header: list[list[int]]  # per kept column: its name's ids
+    rows: list[list[list[int]]]  # per kept data row, per kept column: the cell's ids
+    rows_dropped: int = 0
+    columns_dropped: int = 0
+
+
+def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], max_len: int,
+                 max_text_tokens: int = 64, max_cell_tokens: int = 16, max_rows: int = 256,
+                 max_columns: int = 64) -> TablePieces:
+    """Tokenise ``text`` + the table once and truncate in TAPAS's order: whole rows are kept
+    while the flattened sequence (text, header, rows) fits ``max_len`` tokens."""
+    columns = min(len(header), max_columns)
+    rows = rows[:max_rows]
+    pieces = tok.encode_many([text, *header[:columns], *(c for r in rows for c in r[:columns])])
+    out = TablePieces(text=[tok.cls_id, *pieces[0][:max_text_tokens], tok.sep_id],
+                      header=[ids[:max_cell_tokens] for ids in pieces[1:1 + columns]], rows=[],
+                      columns_dropped=len(header) - columns)
+    length = len(out.text) + sum(len(ids) for ids in out.header)
+    if length > max_len:
+        raise ValueError(f"the text and header take {length} tokens, more than max_len={max_len}")
+    cells = pieces[1 + columns:]
+    for r in range(len(rows)):
+        row = [cells[r * columns + c][:max_cell_tokens] for c in range(columns)]
+        length += sum(len(ids) for ids in row)
+        if length > max_len:
+            out.rows_dropped = len(rows) - r
+            break
+        out.rows.append(row)
+    return out
+
+
 def encode_table_text(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], max_len: int,
                       max_text_tokens: int = 64, max_cell_tokens: int = 16, max_rows: int = 256,
                       max_columns: int = 64) -> TableText:
     """``text`` + the table (``header``, ``rows`` of cells) -> :class:`TableText` (module docstring)."""
-    columns = min(len(header), max_columns)
-    rows = rows[:max_rows]
-    pieces = tok.encode_many([text, *header[:columns], *(c for r in rows for c in r[:columns])])
-    out = TableText(columns_dropped=len(header) - columns)
-    out.add([tok.cls_id, *pieces[0][:max_text_tokens], tok.sep_id], TEXT, 0, 0)
+    pieces = table_pieces(tok, text, header, rows, max_len, max_text_tokens, max_cell_tokens, max_rows, max_columns)
+    out = TableText(rows_dropped=pieces.rows_dropped, columns_dropped=pieces.columns_dropped)
+    out.add(pieces.text, TEXT, 0, 0)
     out.position_ids = list(range(len(out)))  # the text counts as one cell
-    for c, ids in enumerate(pieces[1:1 + columns], start=1):
-        out.add(ids[:max_cell_tokens], HEADER, 0, c)
-    if len(out) > max_len:
-        raise ValueError(f"the text and header take {len(out)} tokens, more than max_len={max_len}")
-    cells = pieces[1 + columns:]
-    for r in range(len(rows)):
-        row = [cells[r * columns + c][:max_cell_tokens] for c in range(columns)]
-        if len(out) + sum(len(ids) for ids in row) > max_len:
-            out.rows_dropped = len(rows) - r
-            break
+    for c, ids in enumerate(pieces.header, start=1):
+        out.add(ids, HEADER, 0, c)
+    for r, row in enumerate(pieces.rows, start=1):
         for c, ids in enumerate(row, start=1):
-            out.add(ids, CELL, r + 1, c)
+            out.add(ids, CELL, r, c)
     return out
 
 
