@@ -165,6 +165,11 @@ class TVMKAConfig:
     mafid_ema: str = "lowdim"
     mafid_reduction: int = 4
     mafid_gate: bool = True
+    # new layers on top of a table encoder's n_layers (a pre-trained one: --pretrained), with the
+    # same table attention; table_init "dt_fixup" (seqenc.fixup, as ka_init): those layers without
+    # LayerNorm, Xavier-initialised, scaled once their input norm mu is measured; no warm-up
+    table_new_layers: int = 0
+    table_init: str = "default"
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -199,6 +204,15 @@ class TVMKAConfig:
             raise ValueError("ka_init='dt_fixup' scales attention layers; ka_mixer='ema' has none")
         if self.ka_init not in KA_INITS:
             raise ValueError(f"ka_init={self.ka_init!r} is not one of {KA_INITS}")
+        if self.table_init not in KA_INITS:
+            raise ValueError(f"table_init={self.table_init!r} is not one of {KA_INITS}")
+        if self.table_new_layers < 0:
+            raise ValueError(f"table_new_layers={self.table_new_layers} must be >= 0")
+        if self.table_new_layers and self.table_attention == "mafid":
+            raise ValueError("table_new_layers is for the dense, mate and tableformer encoders; MAFiD adds its own "
+                             "layers (their gates start closed)")
+        if self.table_init == "dt_fixup" and self.table_new_layers == 0:
+            raise ValueError("table_init='dt_fixup' scales the table_new_layers: set table_new_layers >= 1")
         if self.mate_row_heads is not None and not 0 <= self.mate_row_heads <= self.n_heads:
             raise ValueError(f"mate_row_heads={self.mate_row_heads} must lie in [0, {self.n_heads}]")
 

@@ -1,7 +1,7 @@
 """DT-Fixup (Xu et al., 2021, "Optimizing Deeper Transformers on Small Datasets", section 3.3).
 
 New transformer layers trained on top of a pre-trained encoder -- here the KA over a MiniLM
-TVM -- start so small that a gradient step changes the model's output by Theta(eta) whatever
+TVM, and the ``table_new_layers`` over a MiniLM table encoder (seqenc.table_model) -- start so small that a gradient step changes the model's output by Theta(eta) whatever
 their depth N, so they train without learning-rate warm-up and without LayerNorm:
 
 1. Xavier initialisation of every new parameter (:func:`xavier_init`; loaded weights keep theirs);
@@ -33,6 +33,12 @@ Choices where the paper is vague (written down here and in docs/model.md):
   reached accuracy 1.0 with N(0, 1) (the input LayerNorm makes its scale irrelevant).
 * Our KA layers are vanilla (no relation vectors), so the vanilla factor applies; the
   relation-aware factor is there for layers that add value relations r^v.
+* Table encoders: x_j is a real position of the last pre-trained layer's output (the new
+  layers' input), over every training example, measured before the first step; TableFormer's
+  relations are scalar biases on the scores with no value relation r^v, so its new layers use
+  the vanilla factor too. The [CLS] is a real token here (no learned input vector to redraw);
+  the relation scalars and the head keep their init. MAFiD's model gets no DT-Fixup: its new
+  layers are gated and start closed (seqenc.mafid), which already makes them start as the identity.
 """
 
 from __future__ import annotations
@@ -122,4 +128,21 @@ def fixup_key_aggregator(ka, batches) -> float:
     ka.train(was_training)
     apply_dt_fixup(ka.encoder.layers, mu)
     ka.fixup_mu.fill_(mu)
+    return mu
+
+
+@torch.no_grad()
+def fixup_table_encoder(model, batches) -> float:
+    """The same for a table encoder (seqenc.table_model.TableTextEncoder, ``table_init =
+    "dt_fixup"``): mu over the real positions of the new layers' input -- the pre-trained
+    layers' output -- on ``batches`` of forward's inputs (training examples); its
+    ``table_new_layers`` scaled by the vanilla factor, once. Returns mu."""
+    if float(model.fixup_mu) > 0:
+        return float(model.fixup_mu)
+    was_training = model.training
+    model.eval()
+    mu = input_norm_bound((model.hidden(*inputs, new_layers=False), inputs[-1]) for inputs in batches)
+    model.train(was_training)
+    apply_dt_fixup(model.new_layers, mu)
+    model.fixup_mu.fill_(mu)
     return mu

@@ -28,6 +28,7 @@ from torch import nn
 
 from seqenc.attention import additive_mask
 from seqenc.config import TVMKAConfig, plain_config
+from seqenc.fixup import xavier_init
 from seqenc.heads import make_head
 from seqenc.mafid import MafidTableEncoder
 from seqenc.model import Layer, SaveLoadMixin, init_weights
@@ -104,14 +105,27 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         self.n_row_heads = config.mate_row_heads if config.mate_row_heads is not None else config.n_heads // 2
         self.embeddings = TableEmbeddings(config)
         self.layers = nn.ModuleList(Layer(config, None, 0.0) for _ in range(config.n_layers))
+        # layers on top of a (pre-trained) encoder; DT-Fixup's are LayerNorm-free (seqenc.fixup)
+        fixup = config.table_init == "dt_fixup"
+        self.new_layers = nn.ModuleList(Layer(config, None, 0.0, norm=not fixup)
+                                        for _ in range(config.table_new_layers))
         self.head = make_head(config)
         init_weights(self, config.init_std)
         # TableFormer's scalars, one set per layer, zero at init (the paper)
-        self.relation_bias = nn.ModuleList(TableFormerBias(config.n_heads) for _ in range(config.n_layers)) \
+        depth = config.n_layers + config.table_new_layers
+        self.relation_bias = nn.ModuleList(TableFormerBias(config.n_heads) for _ in range(depth)) \
             if config.table_attention == "tableformer" else None
+        if fixup:  # Xavier now; the scaling waits for mu, measured on the training data (fixup_table_encoder)
+            xavier_init(self.new_layers)
+            self.register_buffer("fixup_mu", torch.zeros(()))
 
     def encode(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
         # [B, L] each -> [B, d_model], the [CLS] output
+        return self.hidden(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask)[:, 0]
+
+    def hidden(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask,
+               new_layers: bool = True) -> torch.Tensor:
+        # [B, L] each -> [B, L, d_model] after every layer (new_layers=False: before the new ones)
         x = self.embeddings(input_ids, token_type_ids, position_ids, row_ids, col_ids)
         kind, cfg = self.config.table_attention, self.config
         bias, attend, relations = None, None, None
@@ -129,13 +143,14 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
                              block=cfg.tableformer_block)
         else:  # tableformer, short enough for the whole [h, L, L] bias
             relations = table_relations(row_ids, col_ids, segment)
-        for i, layer in enumerate(self.layers):
+        stack = [*self.layers, *self.new_layers] if new_layers else list(self.layers)
+        for i, layer in enumerate(stack):
             if relations is not None and attend is None:
                 bias = self.relation_bias[i](relations, attention_mask)
             layer_attend = partial(attend, scalars=self.relation_bias[i].scalars.weight) \
                 if kind == "tableformer" and attend is not None else attend
             x = layer(x, bias, layer_attend)
-        return x[:, 0]
+        return x
 
     def forward(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
         return self.head(self.encode(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids,

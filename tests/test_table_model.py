@@ -145,3 +145,44 @@ def test_tableformer_block_by_block_equals_the_whole_bias_with_gradients(tok):
     assert grads[0].keys() == grads[16].keys() and any("relation_bias" in n for n in grads[16])
     for name in grads[0]:
         assert torch.allclose(grads[0][name], grads[16][name], atol=1e-5), name
+
+
+@pytest.mark.parametrize("kind", ["dense", "mate", "tableformer"])
+def test_dt_fixup_new_layers_on_a_table_encoder(tok, kind):
+    """DT-Fixup on a table encoder (seqenc.fixup): the new layers have no LayerNorm and Xavier
+    weights; mu is the largest norm of the pre-trained layers' output over the real positions of
+    the training examples; v, w and the MLP of each new layer are scaled by N^-1/2 / (2 mu), once,
+    and nothing else changes."""
+    from torch import nn
+
+    from seqenc.fixup import dt_fixup_factor, fixup_table_encoder
+
+    m = model(kind, tok, table_new_layers=3, table_init="dt_fixup")
+    assert len(m.layers) == 2 and len(m.new_layers) == 3
+    assert all(isinstance(layer.attn_norm, nn.Identity) and isinstance(layer.ffn_norm, nn.Identity)
+               for layer in m.new_layers)
+    assert all(isinstance(layer.attn_norm, nn.LayerNorm) for layer in m.layers)
+    w = m.new_layers[1].ffn_in.weight  # Xavier uniform: bound sqrt(6 / (fan_in + fan_out))
+    assert w.abs().max() <= (6 / (32 + 64)) ** 0.5 and w.std() > 0.5 * (2 / (32 + 64)) ** 0.5
+    rng = random.Random(3)
+    data = TableExamples([f"e{i}" for i in range(6)], [random_table(rng, n_rows=rng.randint(1, 6)) for _ in range(6)])
+    batches = [m.batch_inputs(data, [0, 1, 2], tok), m.batch_inputs(data, [3, 4, 5], tok)]
+    with torch.no_grad():
+        expected = max(float(m.hidden(*b, new_layers=False).norm(dim=-1)[b[-1]].max()) for b in batches)
+    before = {n: p.detach().clone() for n, p in m.named_parameters()}
+    mu = fixup_table_encoder(m, iter(batches))
+    assert mu == pytest.approx(expected, rel=1e-5) and float(m.fixup_mu) == pytest.approx(mu)
+    factor = dt_fixup_factor(mu, 3)
+    scaled = (".attn.value.weight", ".attn.output.weight", ".ffn_in.weight", ".ffn_out.weight")
+    for name, p in m.named_parameters():
+        if name.startswith("new_layers.") and name.endswith(scaled):
+            assert torch.allclose(p, before[name] * factor), name
+        else:  # the (pre-trained) layers, embeddings, relation scalars and head stay as they were
+            assert torch.equal(p, before[name]), name
+    fixup_table_encoder(m, iter(batches))  # applied already (a resumed run): nothing changes
+    assert torch.allclose(m.new_layers[0].ffn_out.weight, before["new_layers.0.ffn_out.weight"] * factor)
+    assert m(*batches[0]).shape == (3, 2)
+    with pytest.raises(ValueError, match="table_new_layers"):
+        TVMKAConfig(table_init="dt_fixup")
+    with pytest.raises(ValueError, match="table_new_layers"):
+        TVMKAConfig(table_attention="mafid", table_new_layers=2)

@@ -7,6 +7,7 @@ import random
 
 import polars as pl
 import pytest
+from safetensors.torch import load_file
 from shared_data import DATA, require
 
 from parsers import storage
@@ -61,9 +62,11 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pre
     work = tabfact["work"]
     args = ["train", "--catalog", tabfact["catalog"], "--task", "verify", "--workdir", str(work), "--no-progress",
             "--mode", mode]
-    if pretrained:  # the table encoder from the offline MiniLM: its positions, vocabulary and layers
+    if pretrained:  # the table encoder from the offline MiniLM: its positions, vocabulary and layers,
+        # and two new layers on top with DT-Fixup (seqenc.fixup)
         args += ["--pretrained", pretrained, "--config", json.dumps({
-            "model": {"table_attention": attention, "max_table_tokens": 128},
+            "model": {"table_attention": attention, "max_table_tokens": 128, "table_new_layers": 2,
+                      "table_init": "dt_fixup"},
             "train": {"task_steps": 4, "batch_size": 4}})]  # a path check: MiniLM steps are slow on CPU
     elif attention:
         args += ["--config", json.dumps({"model": {"table_attention": attention, "max_positions": 80,
@@ -82,6 +85,9 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pre
     assert "label" not in objects["key"].to_list()
     meta = json.loads((work / "models" / "verify" / "bundle" / "metadata.json").read_text())
     assert meta["table_source"] == "tables" and meta["mode"] == mode
+    if pretrained:  # the new layers were scaled by the input norm measured before the first step
+        weights = load_file(str(next((work / "models" / "verify" / "bundle").rglob("model.safetensors"))))
+        assert float(weights["fixup_mu"]) > 0 and "new_layers.1.ffn_out.weight" in weights
     pred = work / "pred" / mode / f"{attention or 'tvmka'}-{pretrained or 'scratch'}"
     assert main(["score", "--model", str(work / "models" / "verify" / "bundle"), "--input", tabfact["root"],
                  "--out", str(pred), "--no-progress"]) == 0

@@ -37,6 +37,7 @@ from seqenc.baselines import (
     plain_config,
 )
 from seqenc.config import TVMKAConfig
+from seqenc.fixup import fixup_table_encoder
 from seqenc.inference import to_model
 from seqenc.pretrained import load_bert_encoder, load_bert_table_encoder
 from seqenc.sequences import TokenizedSequences
@@ -58,7 +59,10 @@ class EndToEndTrainer(PhasedTrainer):
         super().__init__(model, y, splits, cfg, workdir, task, phase_plan(cfg), **kwargs)
         self.inputs = inputs
         total = sum(n for kind, _, n in self.plan if kind == "task")
-        self.engines = {"model": make_engine(model, cfg.lr_task, cfg.weight_decay, cfg.warmup_steps, total,
+        # a table encoder with DT-Fixup's new layers (seqenc.fixup) trains without warm-up
+        self.fixup = hasattr(model, "fixup_mu")
+        warmup = 0 if self.fixup else cfg.warmup_steps
+        self.engines = {"model": make_engine(model, cfg.lr_task, cfg.weight_decay, warmup, total,
                                              cfg.grad_clip, cfg.deepspeed)}
         self.weights = class_weights(y[splits["train"]], n_classes, task)
         self.rng = np.random.default_rng(cfg.seed)
@@ -74,6 +78,8 @@ class EndToEndTrainer(PhasedTrainer):
 
     def task_steps(self, steps: int, round_no: int) -> None:
         train_idx, engine = self.splits["train"], self.engines["model"]
+        if self.fixup and float(self.model.fixup_mu) == 0:  # once, before the first step (not on resume)
+            self.fixup_model()
         desc = f"round {round_no} {self.cfg.mode} task steps"
         for _ in tqdm(range(self.phase_step, steps), desc=desc, disable=not self.progress, leave=False):
             self.model.train()
@@ -87,6 +93,12 @@ class EndToEndTrainer(PhasedTrainer):
                 engine.backward(loss / self.cfg.grad_accum)
                 loss_sum += loss.item() / self.cfg.grad_accum
             self.update(engine, {"train/task_loss": loss_sum}, after=lambda: self.maybe_eval(steps, round_no))
+
+    def fixup_model(self) -> None:
+        """DT-Fixup's scaling of the new layers, from their input norm over every train example."""
+        train, size = self.splits["train"], max(1, self.cfg.batch_size * 2)
+        batches = (to_model(self.inputs(train[i:i + size].tolist()), self.model) for i in range(0, len(train), size))
+        self.log_metrics({"model/fixup_mu": fixup_table_encoder(self.model, batches)}, self.step)
 
     @torch.no_grad()
     def probabilities(self) -> np.ndarray:
