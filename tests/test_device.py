@@ -85,9 +85,14 @@ def test_end_to_end_batches_follow_the_model(tmp_path, mode):
     e2e, inputs = comparison_model(mode, model.config, data, tok, objects)
     e2e.double()
     calls = watch_inputs(e2e)
-    result = EndToEndTrainer(e2e, inputs, y, splits, cfg, tmp_path, "binary", 2, progress=False).fit()
-    assert np.isfinite(result["probs"]).all()
+    trainer = EndToEndTrainer(e2e, inputs, y, splits, cfg, tmp_path, "binary", 2, progress=False)
+    result = trainer.fit()
     assert len(calls) >= 3
+    # a forward pass per example: evaluation scores the dev and test rows only, the same as a full pass
+    evaluated = np.concatenate([splits["dev"], splits["test"]])
+    assert np.isfinite(result["probs"][evaluated]).all()
+    assert np.isnan(result["probs"][np.setdiff1d(splits["train"], evaluated)]).all()
+    np.testing.assert_allclose(trainer.probabilities()[evaluated], result["probs"][evaluated], atol=1e-6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (none on this machine)")

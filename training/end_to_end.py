@@ -101,13 +101,22 @@ class EndToEndTrainer(PhasedTrainer):
         self.log_metrics({"model/fixup_mu": fixup_table_encoder(self.model, batches)}, self.step)
 
     @torch.no_grad()
-    def probabilities(self) -> np.ndarray:
+    def probabilities(self, index: np.ndarray | None = None) -> np.ndarray:
+        """[n_sequences, n_outputs]: the rows ``index`` (default all) from forward passes, others NaN."""
         self.model.eval()
-        n = len(self.y)
+        index = np.arange(len(self.y)) if index is None else np.asarray(index)
+        index = index if len(index) else np.arange(min(1, len(self.y)))  # one row still gives the width
         size = max(1, self.cfg.batch_size * 2)
-        parts = [torch.softmax(self.model(*to_model(self.inputs(list(range(i, min(i + size, n)))), self.model)), -1)
-                 .float().cpu() for i in range(0, n, size)]
-        return torch.cat(parts).numpy()
+        probs = torch.cat([torch.softmax(self.model(*to_model(self.inputs(index[i:i + size].tolist()), self.model)),
+                                         -1).float().cpu() for i in range(0, len(index), size)]).numpy()
+        out = np.full((len(self.y), probs.shape[1]), np.nan, dtype=probs.dtype)
+        out[index] = probs
+        return out
+
+    def split_probabilities(self, splits: tuple[str, ...]) -> np.ndarray:
+        # a forward pass per example: only the rows the metrics read (a dev evaluation no
+        # longer costs a pass over every training example)
+        return self.probabilities(np.unique(np.concatenate([self.splits[s] for s in splits])))
 
     def rng_sources(self):
         return {}, {"batches": self.rng}

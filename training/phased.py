@@ -119,21 +119,26 @@ class PhasedTrainer:
         final["train_config"] = asdict(self.cfg)
         return final
 
-    def evaluate(self, threshold: float | None = None) -> dict:
-        """Dev (and test) metrics; the binary threshold is fitted on dev if not given."""
-        probs = self.probabilities()
+    def evaluate(self, threshold: float | None = None, splits: tuple[str, ...] = ("dev", "test")) -> dict:
+        """Metrics of ``splits`` (dev first); the binary threshold is fitted on dev if not given."""
+        probs = self.split_probabilities(splits)
         dev = self.splits["dev"]
         if self.task == "binary" and threshold is None:
             threshold = best_threshold(self.y[dev], probs[dev, 1])
         threshold = 0.5 if threshold is None else threshold
         out = {"threshold": threshold, "probs": probs}
-        for split in ("dev", "test"):
+        for split in splits:
             idx = self.splits[split]
             out[split] = split_metrics(self.y[idx], probs[idx], self.task, threshold)
         return out
 
+    def split_probabilities(self, splits: tuple[str, ...]) -> np.ndarray:
+        """[n_sequences, n_outputs] probabilities, read at the rows of ``splits``: every row here;
+        a subclass whose forward pass is costly computes only those (others NaN)."""
+        return self.probabilities()
+
     def log_dev(self, round_no: int) -> dict:
-        dev = self.evaluate()["dev"]
+        dev = self.evaluate(splits=("dev",))["dev"]
         self.log_metrics({f"dev/{k}": v for k, v in dev.items()} | {"round": round_no}, self.step)
         return {f"dev/{k}": v for k, v in dev.items()}
 

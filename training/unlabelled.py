@@ -198,14 +198,14 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
         probs = self.probabilities(self.fit_scorer(threshold))
         return probs, policy_threshold(probs[self.reference, 1], threshold)
 
-    def evaluate(self, threshold: float | None = None) -> dict:
+    def evaluate(self, threshold: float | None = None, splits: tuple[str, ...] = ("dev", "test")) -> dict:
         """Threshold from the policy on the reference scores (unless given); metrics on the
-        labelled dev and test rows ({} where a split has none)."""
+        labelled rows of ``splits`` ({} where a split has none)."""
         probs = self.probabilities()
         if threshold is None:
             threshold = policy_threshold(probs[self.reference, 1], self.threshold_policy)
         out = {"threshold": threshold, "probs": probs, "policy": self.threshold_policy}
-        for split in ("dev", "test"):
+        for split in splits:
             out[split] = labelled_metrics(self.y, probs, self.splits[split], threshold)
         return out
 
