@@ -94,11 +94,12 @@ def _sort_order(ids: torch.Tensor, segment: torch.Tensor, attention_mask: torch.
 @dataclass
 class MateView:
     """One view (rows or columns) of MATE's efficient attention, laid out once per input and
-    reused by every layer: the sort ``order`` [B, L], the global section ``G``, ``n`` buckets of
+    reused by every layer: the sort ``order`` [B, L] and its ``inverse``, the global section ``G``, ``n`` buckets of
     ``radius`` (the long part padded by ``extra``) and the additive masks of the global queries
-    [B, 1, G, L] and the long queries [B, 1, n, R, G + 3R] (keys: G global, then buckets b-1, b, b+1)."""
+    [B, 1, G, L] and the long queries [B n, 1, R, G + 3R] (keys: G global, then buckets b-1, b, b+1)."""
 
     order: torch.Tensor
+    inverse: torch.Tensor
     G: int
     n: int
     radius: int
@@ -111,6 +112,7 @@ def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype:
     B, L = ids.shape
     device = ids.device
     order = _sort_order(ids, segment, attention_mask)  # [B, L]
+    inverse = torch.argsort(order, dim=1)  # position of each input token in the sorted order
     ids, real = ids.gather(1, order), attention_mask.gather(1, order)
     text_k = segment.gather(1, order).eq(TEXT)
     text_q = text_k | ~real  # a padding query attends like text
@@ -128,7 +130,7 @@ def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype:
     pos = torch.arange(L, device=device).expand(B, L)
     global_bias = bias(allowed(pos[:, :G], pos))[:, None]  # [B, 1, G, L]
     if G == L:
-        return MateView(order, G, 0, radius, 0, global_bias, None)
+        return MateView(order, inverse, G, 0, radius, 0, global_bias, None)
     n = -(-(L - G) // radius)
     extra = n * radius - (L - G)
     filler = lambda k: torch.full((B, k), -1, device=device, dtype=pos.dtype)  # noqa: E731
@@ -138,7 +140,8 @@ def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype:
     wpos, qpos = lkp[:, win], lp.view(B, n, radius)  # [B, n, 3R], [B, n, R]
     g_ok = allowed(qpos.clamp(min=0), pos[:, None, :G].expand(B, n, G))  # [B, n, R, G]
     w_ok = allowed(qpos.clamp(min=0), wpos.clamp(min=0)) & (wpos >= 0)[:, :, None, :]  # [B, n, R, 3R]
-    return MateView(order, G, n, radius, extra, global_bias, bias(torch.cat([g_ok, w_ok], -1))[:, None])
+    long_bias = bias(torch.cat([g_ok, w_ok], -1)).view(B * n, 1, radius, G + 3 * radius)  # a bucket a row
+    return MateView(order, inverse, G, n, radius, extra, global_bias, long_bias)
 
 
 def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_heads: int, global_len: int,
@@ -150,54 +153,64 @@ def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_h
 
 
 def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torch.Tensor:
-    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, h, L, d], already in
-    the view's sorted order -> the outputs [B, h, L, d] in that order."""
-    B, h, L, d = q.shape
+    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, L, h, d], rows in the
+    view's sorted order -> the outputs [B, L, h, d] in that order."""
+    B, L, h, d = q.shape
     G, n, R = view.G, view.n, view.radius
     p = dropout_p if training else 0.0
     # the global section attends to everything: [B, h, G, d] (PyTorch's fused core, scaled 1 / sqrt(d))
-    out_global = F.scaled_dot_product_attention(q[:, :, :G], k, v, attn_mask=view.global_bias, dropout_p=p)
+    out_global = F.scaled_dot_product_attention(q[:, :G].transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                attn_mask=view.global_bias, dropout_p=p).transpose(1, 2)
     if n == 0:
         return out_global
-    # the long part in buckets of R; each bucket sees the global section and buckets b-1, b, b+1:
-    # one gather of those G + 3R keys per bucket (index 0 of the padded keys is an empty slot)
-    lq = F.pad(q[:, :, G:], (0, 0, 0, view.extra)).view(B, h, n, R, d)
-    keys = _bucket_keys(G, n, R, L, q.device)  # [n (G + 3R)]
+    # the long part in buckets of R, a bucket a batch row (4-D, so the fused core serves it too);
+    # each bucket sees the global section and buckets b-1, b, b+1 (an empty bucket padded on
+    # either side): its G + 3R keys laid side by side
+    lq = F.pad(q[:, G:], (0, 0, 0, 0, 0, view.extra)).view(B * n, R, h, d).transpose(1, 2)  # [B n, h, R, d]
 
-    def windows(t):  # [B, h, n, G + 3R, d]
-        return F.pad(t, (0, 0, 1, 0))[:, :, keys].view(B, h, n, G + 3 * R, d)
+    def windows(t):  # [B, L, h, d] -> [B n, h, G + 3R, d]
+        long = F.pad(t[:, G:], (0, 0, 0, 0, R, R + view.extra)).view(B, n + 2, R, h, d)
+        glob = t[:, None, :G].expand(B, n, G, h, d)
+        both = torch.cat([glob, long[:, :n], long[:, 1:n + 1], long[:, 2:]], 2)  # [B, n, G + 3R, h, d]
+        return both.view(B * n, G + 3 * R, h, d).transpose(1, 2)
 
-    # [B, h, n, R, d]: each bucket's R queries over its G + 3R keys, masked by view.long_bias
     out_long = F.scaled_dot_product_attention(lq, windows(k), windows(v), attn_mask=view.long_bias, dropout_p=p)
-    out_long = out_long.reshape(B, h, n * R, d)[:, :, :L - G]
-    return torch.cat([out_global, out_long], 2)
-
-
-def _bucket_keys(G: int, n: int, R: int, L: int, device) -> torch.Tensor:
-    """[n * (G + 3R)] per bucket b: the global section, then buckets b-1, b, b+1 of the long part,
-    as indices into the keys with one empty slot (0) in front; a key outside the long part is 0."""
-    long = torch.arange(n, device=device)[:, None] * R + torch.arange(3 * R, device=device) - R  # [n, 3R]
-    long = torch.where((long >= 0) & (long < L - G), long + G + 1, 0)
-    glob = torch.arange(1, G + 1, device=device).expand(n, G)
-    return torch.cat([glob, long], 1).flatten()
+    out_long = out_long.transpose(1, 2).reshape(B, n * R, h, d)[:, :L - G]
+    return torch.cat([out_global, out_long], 1)
 
 
 def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_row_heads: int,
                    dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
     """MATE's efficient attention (module docstring): q, k, v [B, h, L, d] -> [B, h, L, d];
     heads [0, n_row_heads) through the row view of ``layout`` (:func:`mate_layout`), the
-    others through the column view. Each group's outputs go back to input order in one
-    buffer laid out [B, L, h, d], as the output projection reads it."""
-    B, h, L, d = q.shape
-    batch = torch.arange(B, device=q.device)[:, None]
-    out = q.new_empty(B, L, h, d)
-    for view, heads in ((layout[0], slice(0, n_row_heads)), (layout[1], slice(n_row_heads, h))):
+    others through the column view. Tokens are sorted as rows of the [B, L, h, d] layout (the
+    projections' own: contiguous h * d per token) and each group's outputs sorted back."""
+    parts = []
+    for view, heads in ((layout[0], slice(0, n_row_heads)), (layout[1], slice(n_row_heads, q.size(1)))):
         if view is not None:
-            # sort by rows of [B, L, h, d] (the projections' own layout: contiguous h * d per token)
-            qs, ks, vs = (t[:, heads].transpose(1, 2)[batch, view.order].transpose(1, 2) for t in (q, k, v))
-            sorted_out = _bucketed(qs, ks, vs, view, dropout_p, training)
-            out[batch, view.order, heads] = sorted_out.transpose(1, 2)
-    return out.transpose(1, 2)
+            qs, ks, vs = (_PermuteRows.apply(t[:, heads].transpose(1, 2), view.order, view.inverse) for t in (q, k, v))
+            out = _bucketed(qs, ks, vs, view, dropout_p, training)  # [B, L, h', d], sorted
+            parts.append(_PermuteRows.apply(out, view.inverse, view.order))
+    return (torch.cat(parts, 2) if len(parts) > 1 else parts[0]).transpose(1, 2)
+
+
+class _PermuteRows(torch.autograd.Function):
+    """t [B, L, ...] -> t[b, order[b]] for a permutation ``order``; the backward gathers the
+    gradient with the ``inverse`` permutation (every row moves exactly once: no scatter-add)."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(inverse)
+        return _rows(t, order)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (inverse,) = ctx.saved_tensors
+        return _rows(grad, inverse), None, None
+
+
+def _rows(t: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    return t[torch.arange(t.size(0), device=t.device)[:, None], order]
 
 
 # --- TableFormer ------------------------------------------------------------------------------
