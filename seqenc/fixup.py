@@ -1,8 +1,8 @@
 """DT-Fixup (Xu et al., 2021, "Optimizing Deeper Transformers on Small Datasets", section 3.3).
 
 New transformer layers trained on top of a pre-trained encoder -- here the KA over a MiniLM
-TVM, and the ``table_new_layers`` over a MiniLM table encoder (seqenc.table_model) -- start so small that a gradient step changes the model's output by Theta(eta) whatever
-their depth N, so they train without learning-rate warm-up and without LayerNorm:
+TVM, and the ``table_new_layers`` over a MiniLM table encoder (seqenc.table_model) -- start so
+small that a gradient step changes the model's output by Theta(eta) whatever their depth N, so they train without learning-rate warm-up and without LayerNorm:
 
 1. Xavier initialisation of every new parameter (:func:`xavier_init`; loaded weights keep theirs);
 2. no warm-up and no LayerNorm inside the new layers (``seqenc.model.Layer(norm=False)``; the
@@ -120,15 +120,7 @@ def fixup_key_aggregator(ka, batches) -> float:
     """Measure the KA's input norm on ``batches`` of ``(key_reprs, key_mask)`` (training
     sequences), scale its layers, record mu in ``ka.fixup_mu``; a KA already scaled is left
     alone. Returns mu."""
-    if float(ka.fixup_mu) > 0:
-        return float(ka.fixup_mu)
-    was_training = ka.training
-    ka.eval()
-    mu = input_norm_bound(ka.inputs(kr, mask) for kr, mask in batches)
-    ka.train(was_training)
-    apply_dt_fixup(ka.encoder.layers, mu)
-    ka.fixup_mu.fill_(mu)
-    return mu
+    return _fixup_once(ka, ka.encoder.layers, (ka.inputs(kr, mask) for kr, mask in batches))
 
 
 @torch.no_grad()
@@ -137,12 +129,19 @@ def fixup_table_encoder(model, batches) -> float:
     "dt_fixup"``): mu over the real positions of the new layers' input -- the pre-trained
     layers' output -- on ``batches`` of forward's inputs (training examples); its
     ``table_new_layers`` scaled by the vanilla factor, once. Returns mu."""
-    if float(model.fixup_mu) > 0:
-        return float(model.fixup_mu)
-    was_training = model.training
-    model.eval()
-    mu = input_norm_bound((model.hidden(*inputs, new_layers=False), inputs[-1]) for inputs in batches)
-    model.train(was_training)
-    apply_dt_fixup(model.new_layers, mu)
-    model.fixup_mu.fill_(mu)
+    return _fixup_once(model, model.new_layers,
+                       ((model.hidden(*inputs, new_layers=False), inputs[-1]) for inputs in batches))
+
+
+def _fixup_once(owner: nn.Module, layers, vectors) -> float:
+    """mu over ``vectors`` (a lazy iterable of ``(x, mask)``, computed with ``owner`` in eval
+    mode), ``layers`` scaled, mu kept in ``owner.fixup_mu``; nothing if that is already set."""
+    if float(owner.fixup_mu) > 0:
+        return float(owner.fixup_mu)
+    was_training = owner.training
+    owner.eval()
+    mu = input_norm_bound(vectors)
+    owner.train(was_training)
+    apply_dt_fixup(layers, mu)
+    owner.fixup_mu.fill_(mu)
     return mu
