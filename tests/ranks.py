@@ -1,5 +1,8 @@
 """Start N data-parallel worker processes the way a launcher (torchrun, deepspeed) starts them:
-RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT in each one's environment."""
+RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and a free MASTER_PORT in each one's environment.
+
+With a GPU per rank the workers use them (NCCL); with fewer GPUs than ranks (a one-GPU machine:
+NCCL refuses two ranks on one device) the workers see none and run on CPU with gloo, as in CI."""
 
 from __future__ import annotations
 
@@ -21,13 +24,16 @@ def run_ranks(cmd: list[str], cwd, world: int = 2, timeout: float = 600, env: di
     """Run ``cmd`` as ranks 0..world-1 at once; returns their outputs (stdout + stderr) after
     asserting that every one exited 0. MLFLOW_* variables of this process are not passed on."""
     port = str(free_port())
+    import torch
+
+    on_cpu = {} if torch.cuda.device_count() >= world else {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
     workers = []
     for rank in range(world):
         worker_env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         worker_env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
                            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                           **(env or {})})
+                           **on_cpu, **(env or {})})
         workers.append(subprocess.Popen(cmd, cwd=cwd, env=worker_env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True))
     outputs = []

@@ -1,6 +1,10 @@
-"""DeepSpeedEngine on CPU (one process, gloo): trains through the trainer, matches PlainEngine
-step for step with the TVM-KA shared heads under ZeRO stages 0, 1 and 2, refuses stage 3, and
-resumes exactly from a plain (JSON + tensors) state."""
+"""DeepSpeedEngine in one process: trains through the trainer, matches PlainEngine step for step
+with the TVM-KA shared heads under ZeRO stages 0, 1 and 2, refuses stage 3, and resumes exactly
+from a plain (JSON + tensors) state.
+
+On CPU (CI) that is DeepSpeed's CPU accelerator with gloo. Where CUDA is present the same tests
+run on the GPU (NCCL): every model starts on ``DEVICE`` and every batch follows the model, as in
+the trainer; the two-rank test stays on CPU unless there is a GPU per rank (``tests/ranks.py``)."""
 
 import copy
 import json
@@ -31,6 +35,7 @@ _deepspeed_or_skip()
 from ranks import run_ranks  # noqa: E402  (tests/ranks.py)
 
 from seqenc.config import TVMKAConfig  # noqa: E402
+from seqenc.inference import to_model  # noqa: E402
 from seqenc.model import TVMKA  # noqa: E402
 from seqenc.sequences import collect_value_sequences, tokenize_value_sequences  # noqa: E402
 from seqenc.tokenizer import ValueTokenizer  # noqa: E402
@@ -41,6 +46,7 @@ from training.engines import PlainEngine  # noqa: E402
 from training.trainer import InterleavedTrainer, TrainConfig  # noqa: E402
 
 LR, WD, WARMUP, TOTAL, CLIP = 1e-2, 0.01, 2, 10, 0.5
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where DeepSpeed puts a network
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -61,7 +67,7 @@ def tiny_model(seed=0) -> TVMKA:
     torch.manual_seed(seed)
     return TVMKA(TVMKAConfig(vocab_size=40, d_model=16, n_layers=1, n_heads=4, n_shared_heads=2, d_ff=32,
                              max_positions=12, dropout=0.0, attn_dropout=0.0, drophead=0.0, task="binary",
-                             n_classes=2))
+                             n_classes=2)).to(DEVICE)
 
 
 def batches(n=8, seed=0):
@@ -84,6 +90,7 @@ def batches(n=8, seed=0):
 
 
 def loss_of(model, net, micro, n_micro):
+    micro = to_model(micro, getattr(model, net))  # batches are made on the CPU
     if net == "tvm":
         return model.tvm.mlm_loss(*micro) / n_micro
     reprs, mask, y = micro
@@ -181,15 +188,18 @@ def test_zero_stage_3_and_bad_configs_are_refused():
 
 
 def test_config_from_a_json_file_defaults_and_fp32_on_cpu(tmp_path):
+    """The defaults filled in: clipping, micro-batch, torch's AdamW on every accelerator (no
+    FusedAdam to compile); bf16 only where there is a GPU."""
     path = tmp_path / "ds.json"
     path.write_text(json.dumps({"zero_optimization": {"stage": 0}, "bf16": {"enabled": True}}))
     model = tiny_model()
     engine = DeepSpeedEngine(model.tvm, LR, WD, WARMUP, TOTAL, CLIP, str(path))
-    assert engine.config["bf16"]["enabled"] is False  # CPU: fp32
+    on_gpu = DEVICE.type == "cuda"
+    assert engine.config["bf16"]["enabled"] is on_gpu  # CPU: fp32
     assert engine.config["gradient_clipping"] == CLIP and engine.config["train_micro_batch_size_per_gpu"] == 1
     assert engine.config["optimizer"]["params"] == {"lr": LR, "weight_decay": WD, "torch_adam": True}
     assert isinstance(engine.basic_optimizer, torch.optim.AdamW)
-    assert all(p.dtype == torch.float32 for p in model.tvm.parameters())
+    assert all(p.dtype == (torch.bfloat16 if on_gpu else torch.float32) for p in model.tvm.parameters())
     assert (engine.rank, engine.world_size) == (0, 1)
 
 
@@ -263,7 +273,7 @@ def test_interleaved_trainer_under_deepspeed(tmp_path, stage):
     for name, p in model.tvm.named_parameters():
         if ".attn.shared." in name:
             assert p is ka[name] and p.data_ptr() == ka[name].data_ptr()
-    assert all(not torch.equal(b, p) for b, p in zip(shared_before, model.shared_parameters()))
+    assert all(not torch.equal(b, p.detach().cpu()) for b, p in zip(shared_before, model.shared_parameters()))
     assert trainer.checkpoints.latest() is not None  # the engines' states went through the checkpointer
 
 

@@ -151,3 +151,22 @@ def test_artifacts_and_registered_model_go_through_the_server(server, trained, t
     # ... and nothing went to a local store beside the job or where it ran
     for place in (workdir, cwd, tmp_path):
         assert not {"mlruns", "mlartifacts", "mlflow.db"} & {p.name for p in place.iterdir()}
+
+
+def test_a_logged_model_names_the_seqenc_version_installed_or_checked_out(monkeypatch):
+    """The model's pip requirement pins seqenc: the installed version, else (a source checkout on
+    PYTHONPATH, nothing installed) the pyproject's; measured on a GPU machine without an install,
+    where ``importlib.metadata`` found no seqenc and the model logging crashed after training."""
+    import importlib.metadata
+    import tomllib
+
+    from training.tracking import seqenc_requirement
+
+    expected = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
+    assert seqenc_requirement() == f"seqenc=={importlib.metadata.version('seqenc')}"
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    assert seqenc_requirement() == f"seqenc=={expected}"

@@ -9,9 +9,11 @@ Configuration (a path to a DeepSpeed JSON file, or a dict; never modified in pla
 -------------------------------------------------------------------------------------
 * ``zero_optimization.stage``: 0, 1 or 2 (see "Shared parameters"); 3 is refused.
 * ``optimizer``: default AdamW with the trainer's ``lr`` / ``weight_decay`` (torch's default
-  betas/eps, so stage 0 in fp32 is step-for-step the same as PlainEngine). On a CPU accelerator
-  ``"torch_adam": true`` is the default for Adam/AdamW (DeepSpeed's FusedAdam needs CUDA); on GPU
-  set it yourself to avoid compiling FusedAdam.
+  betas/eps, so stage 0 in fp32 is step-for-step the same as PlainEngine). For Adam/AdamW
+  ``"torch_adam": true`` is the default on every accelerator: torch's optimizer, nothing to
+  compile. ``"torch_adam": false`` asks for DeepSpeed's FusedAdam on a GPU, JIT-compiled on first
+  use (needs nvcc; measured on an H200 image with DeepSpeed 0.19.8: the build died parsing the
+  architecture "9.0a", which is why it is not the default); on CPU it is refused by DeepSpeed.
 * ``scheduler``: refused. The schedule is always ``training.schedule.lr_factor`` (warm-up, then
   linear decay), handed to DeepSpeed as a client LambdaLR over its basic optimizer.
 * ``gradient_clipping``: ``grad_clip`` unless the config sets it.
@@ -218,8 +220,8 @@ def build_config(config: str | Path | dict, lr: float, weight_decay: float, grad
     if "optimizer" not in cfg:
         cfg["optimizer"] = {"type": "AdamW", "params": {"lr": lr, "weight_decay": weight_decay}}
     opt = cfg["optimizer"]
-    if on_cpu and str(opt.get("type", "")).lower() in ("adam", "adamw"):
-        opt.setdefault("params", {}).setdefault("torch_adam", True)  # FusedAdam needs CUDA
+    if str(opt.get("type", "")).lower() in ("adam", "adamw"):
+        opt.setdefault("params", {}).setdefault("torch_adam", True)  # FusedAdam: opt-in (module docstring)
     if on_cpu and _mixed_precision(cfg):
         log.warning("DeepSpeed runs on CPU: fp16/bf16 from the config are switched off, training in fp32")
         for key in ("fp16", "bf16", "bfloat16"):

@@ -203,11 +203,23 @@ def log_phase_run(index: int, kind: str, round_no: int, summary: dict) -> None:
         mlflow.log_metrics({k: float(v) for k, v in summary.items() if isinstance(v, (int, float))})
 
 
+def seqenc_requirement() -> str:
+    """The pip requirement a logged model names: the installed seqenc's version, else (run from a
+    source checkout on PYTHONPATH, as on a machine where nothing is installed) its pyproject's."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"seqenc=={version('seqenc')}"
+    except PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+        return f"seqenc=={tomllib.loads(pyproject.read_text())['project']['version']}"
+
+
 def log_bundle_model(bundle: str | Path, registered_name: str) -> str:
     """Log a model bundle as an MLflow pyfunc (training/mlflow_model.py, models from code; the
     bundle's safetensors + JSON are its artifacts) and register it; returns the model version."""
-    from importlib.metadata import version
-
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
 
@@ -221,7 +233,7 @@ def log_bundle_model(bundle: str | Path, registered_name: str) -> str:
             name="model", python_model=str(Path(__file__).with_name("mlflow_model.py")),
             artifacts={"bundle": str(named)}, registered_model_name=registered_name,
             model_config={"device": "cpu"},  # where it serves; a loader may override: load_model(..., model_config=)
-            signature=ModelSignature(inputs, outputs), pip_requirements=[f"seqenc=={version('seqenc')}"])
+            signature=ModelSignature(inputs, outputs), pip_requirements=[seqenc_requirement()])
     return str(info.registered_model_version)
 
 
