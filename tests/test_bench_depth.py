@@ -23,7 +23,8 @@ def test_bench_depth_writes_the_contract(tmp_path):
                                                        for i in ("default_warmup", "default", "dt_fixup")}
     for x in rows:
         assert {"task", "depth", "init", "seed", "metric", "final_train_loss"} <= set(x)
-        assert x["task"] == "tabfact" and 0 <= x["metric"] <= 1 and x["final_train_loss"] > 0
+        assert x["task"] == "tabfact" and 0 <= x["metric"] <= 1 and 0 <= x["dev_metric"] <= 1
+        assert x["final_train_loss"] > 0 and x["diverged"] is False
         assert (x["fixup_mu"] > 1) == (x["init"] == "dt_fixup")  # measured on the data, DT-Fixup only
     assert (tmp_path / "depth-curves.png").is_file() and out.with_suffix(".md").is_file()
     mlflow.set_tracking_uri(tracking.tracking_uri(tmp_path / "depth"))
@@ -31,3 +32,33 @@ def test_bench_depth_writes_the_contract(tmp_path):
     assert len(runs) == len(rows) + 1  # a run per cell, and the summary with the plot
     with pytest.raises(SystemExit, match="--inits: unknown fixup"):  # a user error: one line
         main(["bench", "depth", "--json", str(out), "--inits", "fixup"])
+
+
+def test_a_diverged_cell_is_a_row_without_metrics_not_a_crash():
+    """A learning rate far too large for the depth turns the loss non-finite: the cell stops
+    there and says so (``diverged``, null metrics), the table still renders, the JSON stays valid."""
+    import numpy as np
+    import polars as pl
+    import torch
+
+    from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+    from seqenc.tokenizer import ValueTokenizer
+    from training.bench.depth import DepthBenchSettings, TaskKRs, depth_table, train_cell
+
+    rows = [(f"s{i:02d}", step, key, f"{key}{(i + step) % 3}") for i in range(40) for step in range(3)
+            for key in ("a", "b")]
+    objects = pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row")
+    data = tokenize_value_sequences(collect_value_sequences(objects), ValueTokenizer.from_bert("minilm"), max_len=16)
+    torch.manual_seed(0)
+    kr = torch.randn(len(data.keys), 384) * 5
+    y = np.arange(len(data.sequence_ids)) % 2
+    splits = {"train": np.arange(24), "dev": np.arange(24, 32), "test": np.arange(32, 40)}
+    t = TaskKRs("toy", "f1", kr, data, y, splits, ["normal", "anomaly"])
+    row, losses = train_cell(t, 2, "default", 0, DepthBenchSettings(data_dir="", steps=30, lr=1e4, batch_size=8))
+    assert row["diverged"] is True and len(losses) < 30 and np.isfinite(losses).all()
+    assert row["metric"] is None and row["dev_metric"] is None and row["final_train_loss"] is None
+    sane, _ = train_cell(t, 2, "default", 0, DepthBenchSettings(data_dir="", steps=5, lr=1e-4, batch_size=8))
+    assert sane["diverged"] is False and sane["metric"] is not None
+    table = depth_table({"rows": [row, sane]})
+    assert "| toy | 2 | default |" in table and table.splitlines()[-1].endswith("| 2 | 1 |")  # 2 seeds, 1 diverged
+    json.loads(json.dumps({"rows": [row], "curves": {"x": losses}}, allow_nan=False))
