@@ -24,7 +24,7 @@ def test_bench_depth_writes_the_contract(tmp_path):
     for x in rows:
         assert {"task", "depth", "init", "seed", "metric", "final_train_loss"} <= set(x)
         assert x["task"] == "tabfact" and 0 <= x["metric"] <= 1 and 0 <= x["dev_metric"] <= 1
-        assert x["final_train_loss"] > 0 and x["diverged"] is False
+        assert x["final_train_loss"] > 0 and x["dev_loss"] > 0 and x["diverged"] is False
         assert (x["fixup_mu"] > 1) == (x["init"] == "dt_fixup")  # measured on the data, DT-Fixup only
     assert (tmp_path / "depth-curves.png").is_file() and out.with_suffix(".md").is_file()
     mlflow.set_tracking_uri(tracking.tracking_uri(tmp_path / "depth"))
@@ -56,7 +56,8 @@ def test_a_diverged_cell_is_a_row_without_metrics_not_a_crash():
     t = TaskKRs("toy", "f1", kr, data, y, splits, ["normal", "anomaly"])
     row, losses = train_cell(t, 2, "default", 0, DepthBenchSettings(data_dir="", steps=30, lr=1e4, batch_size=8))
     assert row["diverged"] is True and len(losses) < 30 and np.isfinite(losses).all()
-    assert row["metric"] is None and row["dev_metric"] is None and row["final_train_loss"] is None
+    assert row["metric"] is None and row["dev_metric"] is None and row["dev_loss"] is None
+    assert row["final_train_loss"] is None
     sane, _ = train_cell(t, 2, "default", 0, DepthBenchSettings(data_dir="", steps=5, lr=1e-4, batch_size=8))
     assert sane["diverged"] is False and sane["metric"] is not None
     table = depth_table({"rows": [row, sane]})

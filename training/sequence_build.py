@@ -55,8 +55,10 @@ from training.task_data import (
 
 log = logging.getLogger(__name__)
 
-# sequences per bucket. Measured (docs/operations.md, seqenc bench sequences): a week of
-# generated HDFS days, 4.5M blocks, builds in about ... MB at this size. Chosen, not tuned.
+# sequences per bucket. Chosen, not tuned: at 2 days of 100k generated HDFS lines (12,948
+# sequences, ``seqenc bench sequences``) buckets of 2,000 peaked at 753 MB and of 500 at 694 MB;
+# a week of 10.4M-line days (4.5M sequences) with this size passed 3.1 GB in the windows step
+# (per-sequence id lists and the tokenizer's cache, not the bucket), so it does not yet fit 2 GB.
 CHUNK_SEQUENCES = 20_000
 STAT_SUMS = ("sequences", "keys", "windows", "values", "dropped_values", "tokens")
 

@@ -17,13 +17,13 @@ Tasks (``../shared/data``): ``tabfact`` (statements joined to their tables, the 
 training.bench.data; stratified split; metric F1 of the anomaly class at the dev-fitted
 threshold). Choices: the KA has no heads shared with the frozen TVM (sharing would train the
 TVM's heads); the same learning rate for every cell (``lr``, large enough that warm-up matters;
-chosen before any test figure was seen; each row also carries ``dev_metric``, the same metric on
-the dev split, which is what a learning rate may be chosen by); ``final_train_loss`` is the mean
-task loss of the last 20 steps. A cell whose loss or predictions turn non-finite has diverged:
-its training stops there, and its row says ``"diverged": true`` with ``metric``,
-``dev_metric`` and ``final_train_loss`` null (its curve ends at the last finite loss). Every
-cell is an MLflow run (its learning curve as ``train/task_loss``), and ``<json>-curves.png`` plots
-the curves per task and init (logged to a summary run).
+chosen before any test figure was seen; each row also carries ``dev_metric`` and ``dev_loss``,
+the dev split's figures, which is what a learning rate may be chosen by); ``final_train_loss``
+is the mean task loss of the last 20 steps. A cell whose loss or predictions turn non-finite has
+diverged: its training stops there, and its row says ``"diverged": true`` with ``metric``,
+``dev_metric``, ``dev_loss`` and ``final_train_loss`` null (its curve ends at the last finite
+loss). Every cell is an MLflow run (its learning curve as ``train/task_loss``), and
+``<json>-curves.png`` plots the curves per task and init (logged to a summary run).
 """
 
 from __future__ import annotations
@@ -162,24 +162,27 @@ def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettin
     probs = ka_probabilities(ka, t.kr, t.data)
     diverged = len(losses) < s.steps or not np.isfinite(probs).all()
     row = {"task": t.name, "depth": depth, "init": init, "seed": seed,
-           **({"metric": None, "dev_metric": None} if diverged else cell_metrics(t, probs, task)),
+           **({"metric": None, "dev_metric": None, "dev_loss": None} if diverged else cell_metrics(t, probs, task)),
            "final_train_loss": None if diverged else float(np.mean(losses[-20:])), "metric_name": t.metric,
            "fixup_mu": float(ka.fixup_mu), "diverged": diverged}
     return row, losses
 
 
 def cell_metrics(t: TaskKRs, probs: np.ndarray, task: str) -> dict:
-    """``metric`` on test and ``dev_metric`` on dev (what settings such as the learning rate are
-    chosen by): accuracy, or F1 of the anomaly class at the threshold fitted on dev."""
+    """``metric`` on test and ``dev_metric`` on dev: accuracy, or F1 of the anomaly class at the
+    threshold fitted on dev (on dev itself that F1 is optimistic and saturates at 1.0 easily);
+    ``dev_loss``: the mean cross-entropy on dev (unweighted), the threshold-free figure that
+    settings such as the learning rate are chosen by."""
     from training.metrics import best_threshold, split_metrics
 
     dev, test = t.splits["dev"], t.splits["test"]
+    dev_loss = {"dev_loss": float(-np.mean(np.log(np.clip(probs[dev, t.y[dev]], 1e-12, None))))}
     if t.metric == "accuracy":
-        return {name: float(np.mean(probs[part].argmax(1) == t.y[part])) for name, part in
-                (("metric", test), ("dev_metric", dev))}
+        return {**dev_loss, **{name: float(np.mean(probs[part].argmax(1) == t.y[part])) for name, part in
+                               (("metric", test), ("dev_metric", dev))}}
     threshold = best_threshold(t.y[dev], probs[dev, 1])
-    return {name: float(split_metrics(t.y[part], probs[part], task, threshold)["f1"]) for name, part in
-            (("metric", test), ("dev_metric", dev))}
+    return {**dev_loss, **{name: float(split_metrics(t.y[part], probs[part], task, threshold)["f1"])
+                           for name, part in (("metric", test), ("dev_metric", dev))}}
 
 
 def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = True) -> dict:
@@ -201,6 +204,7 @@ def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = Tru
                 if not row["diverged"]:
                     tracking.log_metrics({f"test/{row['metric_name']}": row["metric"],
                                           f"dev/{row['metric_name']}": row["dev_metric"],
+                                          "dev/loss": row["dev_loss"],
                                           "final_train_loss": row["final_train_loss"]}, len(losses))
             rows.append(row)
             curves[(task, depth, init, seed)] = losses
@@ -210,19 +214,21 @@ def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = Tru
 
 def depth_table(r: dict) -> str:
     """Mean (min-max) of the metric and the final train loss over seeds, per task, depth and init."""
-    lines = ["| task | depth | init | test metric (mean, min-max) | dev metric (mean) | final train loss (mean) "
-             "| seeds | diverged |", "|---|---:|---|---|---:|---:|---:|---:|"]
+    lines = ["| task | depth | init | test metric (mean, min-max) | dev metric (mean) | dev loss (mean) "
+             "| final train loss (mean) | seeds | diverged |", "|---|---:|---|---|---:|---:|---:|---:|---:|"]
     cells: dict = {}
     for x in r["rows"]:
         cells.setdefault((x["task"], x["depth"], x["init"]), []).append(x)
     for (task, depth, init), xs in cells.items():
         m = [x["metric"] for x in xs if x["metric"] is not None]  # a diverged cell has no metric
         dev = [x["dev_metric"] for x in xs if x.get("dev_metric") is not None]
+        dev_loss = [x["dev_loss"] for x in xs if x.get("dev_loss") is not None]
         finals = [x["final_train_loss"] for x in xs if x["final_train_loss"] is not None]
         loss = f"{np.mean(finals):.4f}" if finals else "-"
         test = f"{np.mean(m):.3f} ({min(m):.3f}-{max(m):.3f})" if m else "-"
         lines.append(f"| {task} | {depth} | {init} | {test} {xs[0]['metric_name']} | "
-                     f"{f'{np.mean(dev):.3f}' if dev else '-'} | {loss} | {len(xs)} | "
+                     f"{f'{np.mean(dev):.3f}' if dev else '-'} | {f'{np.mean(dev_loss):.4f}' if dev_loss else '-'} | "
+                     f"{loss} | {len(xs)} | "
                      f"{sum(bool(x.get('diverged')) for x in xs)} |")
     return "\n".join(lines)
 
