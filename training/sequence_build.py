@@ -122,20 +122,21 @@ def build_sequences(out: Path, task_name: str, task: Task, inp: TaskInput, split
                                  "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
         split_df.write_parquet(out / "splits.parquet")
 
-        train = split_df.filter(pl.col("split") == "train")["sequence_id"]
-        vocab = pl.Series(vocab_sample(train.to_list()), dtype=pl.String).implode()
-        train = train.implode()
-        tok = fit_tokenizer(lambda: (vs.filter(pl.col("sequence_id").is_in(train)) for vs in parts.frames()),
-                            model_cfg, pretrained,
-                            lambda: (vs.filter(pl.col("sequence_id").is_in(vocab)) for vs in parts.frames()))
+        tok = _fit_tokenizer(split_df["sequence_id"].filter(split_df["split"] == "train"), parts, model_cfg,
+                             pretrained)
         tok.save(out / "tokenizer.json")
+        n_sequences = len(sequence_ids)
+        # the per-sequence lists (a week: millions of Python strings) are done with; free them
+        # before the windows step, whose buckets and tokenizer cache are the rest of the peak
+        del sequence_ids, split_of, by_id, split_df
+        parts.sequence_ids = []
         stats = _write_windows(out, parts, tok, model_cfg, task, inp.classes, progress)
 
     write_task(out, task_name, task, inp.classes)
     dates = None if ingest_date is None else sorted(
         storage.ingest_date_str(d) for d in (ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]))
     (out / "input.json").write_text(json.dumps({"source": task.source, "ingest_dates": dates}))
-    stats = {**stats, "vocab_size": tok.vocab_size, "n_classes": len(inp.classes), "sequences": len(sequence_ids)}
+    stats = {**stats, "vocab_size": tok.vocab_size, "n_classes": len(inp.classes), "sequences": n_sequences}
     if task.kind == "next_item":  # a catalogue: how many items are ever a target, not one count each
         stats["distinct_targets"] = int((np.bincount(y, minlength=len(inp.classes)) > 0).sum())
     else:
@@ -146,6 +147,16 @@ def build_sequences(out: Path, task_name: str, task: Task, inp: TaskInput, split
             stats["unlabelled"] = int((y < 0).sum())
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     return stats
+
+
+def _fit_tokenizer(train: pl.Series, parts: ValueSequenceParts, model_cfg: dict, pretrained: str | None):
+    """Step 3: the tokenizer from the S(k) rows of the ``train`` sequence ids (the vocabulary
+    from the :func:`vocab_sample` of them), read bucket by bucket."""
+    vocab = pl.Series(vocab_sample(train.to_list()), dtype=pl.String).implode()
+    train = train.implode()
+    return fit_tokenizer(lambda: (vs.filter(pl.col("sequence_id").is_in(train)) for vs in parts.frames()),
+                         model_cfg, pretrained,
+                         lambda: (vs.filter(pl.col("sequence_id").is_in(vocab)) for vs in parts.frames()))
 
 
 def _write_windows(out: Path, parts: ValueSequenceParts, tok, model_cfg: dict, task: Task, classes: list[str],
