@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 # sequences per bucket. Chosen, not tuned: at 2 days of 100k generated HDFS lines (12,948
 # sequences, ``seqenc bench sequences``) buckets of 2,000 peaked at 753 MB and of 500 at 694 MB;
 # a week of 10.4M-line days (4.5M sequences) with this size passed 3.1 GB in the windows step
-# (per-sequence id lists and the tokenizer's cache, not the bucket), so it does not yet fit 2 GB.
+# (per-sequence id lists and the tokenizer's cache, not the bucket; measured before those lists
+# were freed ahead of that step, not measured since), so it is not known to fit 2 GB.
 CHUNK_SEQUENCES = 20_000
 STAT_SUMS = ("sequences", "keys", "windows", "values", "dropped_values", "tokens")
 

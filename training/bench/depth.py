@@ -176,13 +176,15 @@ def cell_metrics(t: TaskKRs, probs: np.ndarray, task: str) -> dict:
     from training.metrics import best_threshold, split_metrics
 
     dev, test = t.splits["dev"], t.splits["test"]
-    dev_loss = {"dev_loss": float(-np.mean(np.log(np.clip(probs[dev, t.y[dev]], 1e-12, None))))}
-    if t.metric == "accuracy":
-        return {**dev_loss, **{name: float(np.mean(probs[part].argmax(1) == t.y[part])) for name, part in
-                               (("metric", test), ("dev_metric", dev))}}
-    threshold = best_threshold(t.y[dev], probs[dev, 1])
-    return {**dev_loss, **{name: float(split_metrics(t.y[part], probs[part], task, threshold)["f1"])
-                           for name, part in (("metric", test), ("dev_metric", dev))}}
+    threshold = None if t.metric == "accuracy" else best_threshold(t.y[dev], probs[dev, 1])
+
+    def score(part: np.ndarray) -> float:
+        if threshold is None:
+            return float(np.mean(probs[part].argmax(1) == t.y[part]))
+        return float(split_metrics(t.y[part], probs[part], task, threshold)["f1"])
+
+    return {"metric": score(test), "dev_metric": score(dev),
+            "dev_loss": float(-np.mean(np.log(np.clip(probs[dev, t.y[dev]], 1e-12, None))))}
 
 
 def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = True) -> dict:
