@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from byod_data import catalogue_text, write_orders, write_vault_logs
@@ -114,3 +115,22 @@ def test_the_process_prints_one_line_and_verbose_shows_the_traceback(setup):
     assert len([ln for ln in quiet.stderr.splitlines() if ln.strip()]) == 1
     loud = subprocess.run(argv[:3] + ["-v"] + argv[3:], capture_output=True, text=True, timeout=120)
     assert loud.returncode != 0 and "Traceback" in loud.stderr
+
+
+def test_an_unknown_seqenc_size_is_named(setup, tmp_path, monkeypatch):
+    unsized = tmp_path / "unsized.toml"  # tasks that declare no size: the environment's applies
+    unsized.write_text(Path(setup["catalog"]).read_text().replace('size = "tiny"', ""))
+    monkeypatch.setenv("SEQENC_SIZE", "huge")
+    msg = _error(["train", "--catalog", str(unsized), "--task", "order_stage", "--workdir", setup["work"]])
+    assert "SEQENC_SIZE 'huge'" in msg and "tiny" in msg
+
+
+def test_size_precedence_flag_then_task_then_environment(monkeypatch):
+    from training.pipeline import resolve_size
+
+    monkeypatch.delenv("SEQENC_SIZE", raising=False)
+    assert resolve_size(None, None) == "demo"
+    monkeypatch.setenv("SEQENC_SIZE", "tiny")
+    assert resolve_size(None, None) == "tiny"
+    assert resolve_size(None, "demo") == "demo"  # a declared size wins over the environment
+    assert resolve_size("demo", "tiny") == "demo"  # and the flag over both

@@ -154,8 +154,10 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
     assert seqs["stats"]["vocab_size"] == 30523 and seqs["stats"]["dropped_values"] == 0
     with pytest.raises(ValueError, match="the checkpoint sets d_model"):  # the checkpoint's shape is not ours to change
         pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", model_overrides={"d_model": 64})
+    few_steps = {"pretrain_steps": 2, "rounds": 1, "tvm_steps_per_round": 4, "batch_tokens": 2048}  # runs, not learns
     trained = pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", pretrained_layers=1,
-                                   model_overrides={"tvm_positions": "within_value"})  # other model fields apply
+                                   model_overrides={"tvm_positions": "within_value"},  # other model fields apply
+                                   train_overrides=few_steps)
     model, tok, _ = load_bundle(trained["model_dir"])
     assert (model.config.d_model, model.config.n_layers, model.config.n_heads) == (384, 1, 12)
     assert (model.config.tvm_positions, model.config.val_sep_token_id) == ("within_value", tok.val_sep_id)

@@ -1,6 +1,7 @@
 """The README's "Your own data" commands run as written (copied from README.md, not restated
 here) on small files of the names they use: order events with risk labels, and an application
-log without labels."""
+log without labels. ``SEQENC_SIZE=tiny`` (the default size of every command: training.pipeline.
+resolve_size) keeps the training steps small: what is tested is that the commands run as written."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def folder(tmp_path_factory):
 
 def _run(script: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2"), "SEQENC_SIZE": "tiny"}
     env.pop("MLFLOW_TRACKING_URI", None)
     env.pop("SEQENC_CATALOG", None)
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=cwd, env=env, capture_output=True,

@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "record-view (Transformers4Rec-style) model; table: a table task's text + flattened table in one "
                        "encoder, attention per --config model.table_attention (dense, mate, mate_mask, tableformer)")
     train.add_argument("--size", default=None, choices=["demo", "tiny"],
-                       help="built-in model and step sizes (default: the task's, else demo)")
+                       help="built-in model and step sizes (default: the task's, else $SEQENC_SIZE, else demo)")
     train.add_argument("--config", default=None, metavar="JSON",
                        help='overrides on top of the task\'s config, inline JSON or a JSON file: {"model": '
                        '{TVMKAConfig fields}, "train": {TrainConfig fields}}')

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from dataclasses import asdict
@@ -102,6 +103,17 @@ def _size(size: str) -> dict:
     return SIZES[size]
 
 
+def resolve_size(size: str | None, task_size: str | None) -> str:
+    """The size a stage runs at: ``size`` given to it, else the task's, else ``$SEQENC_SIZE``, else
+    "demo". The environment variable changes the default of every command at once (a smoke run of
+    a whole script, e.g. the README's, at size "tiny") without touching a declared size."""
+    chosen = size or task_size or os.environ.get("SEQENC_SIZE") or "demo"
+    if chosen not in SIZES:
+        where = "SEQENC_SIZE" if not (size or task_size) else "size"
+        raise ValueError(f"unknown {where} {chosen!r}; choose from {', '.join(sorted(SIZES))}")
+    return chosen
+
+
 def _fresh_dir(path: Path) -> Path:
     if path.exists():
         shutil.rmtree(path)
@@ -167,7 +179,7 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
     pre-trained checkpoint's when ``pretrained`` is given), and ``task.json``: the task as
     declared in ``catalog`` (seqenc.catalog.load_catalog) with its classes.
 
-    ``size`` defaults to the task's (else "demo"); ``model_overrides`` (TVMKAConfig fields) go on
+    ``size`` defaults to the task's (else $SEQENC_SIZE, else "demo": :func:`resolve_size`); ``model_overrides`` (TVMKAConfig fields) go on
     top of the task's ``config.model`` and replace the size's tokenisation settings
     (``vocab_size``, ``max_positions``, ``numeric_bins``, ...). ``ingest_date`` restricts the
     input to one ingest partition or a list of them (None: all); ``data_root`` is the ingest root
@@ -182,7 +194,7 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     root = Path(data_root) if data_root else Path(workdir) / "data"
     inp = task_input(task_name, task, root, ingest_date)
-    model_cfg = {**_size(size or task.size or "demo")["model"],
+    model_cfg = {**_size(resolve_size(size, task.size))["model"],
                  **task_model_settings(task.kind, {**task.config.get("model", {}), **(model_overrides or {})})}
     final = sequences_dir(workdir, task_name)
     with atomic.replacing_dir(final) as out:  # swapped in whole at the end
@@ -210,7 +222,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     sequences (those labelled normal with ``train_on = "normal"``), scored by masked-value
     surprise, flagged by the task's threshold policy (training.unlabelled).
 
-    ``size`` and ``mode`` default to the task's (else "demo", "interleaved"); ``train_overrides``
+    ``size`` and ``mode`` default to the task's (else :func:`resolve_size`'s, "interleaved"); ``train_overrides``
     / ``model_overrides`` replace TrainConfig / TVMKAConfig fields on top of the task's
     ``config``. ``pretrained`` ("minilm" or a BERT directory) initialises TVM and KA from that
     checkpoint; stage_sequences must have been run with the same value (its vocabulary).
@@ -227,7 +239,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     tracking_dir = tracking_dir or workdir
     seq_dir = sequences_dir(workdir, task_name)
     _, spec, classes = read_task(seq_dir)
-    sz = _size(size or spec.size or "demo")
+    size = job_args["size"] = resolve_size(size, spec.size)  # resolved: a resumed job keeps it
+    sz = _size(size)
     mode = mode or spec.mode
     model_overrides = {**spec.config.get("model", {}), **(model_overrides or {})}
     train_overrides = {**spec.config.get("train", {}), **(train_overrides or {})}
@@ -304,8 +317,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
     stats = json.loads((seq_dir / "stats.json").read_text())
     shown_mode = "unlabelled" if spec.kind == "anomaly" else mode
-    params = {"task": task_name, "kind": spec.kind, "source": spec.source, "mode": shown_mode, "size": size or spec.size
-              or "demo", "pretrained": pretrained or "none", "model": config.to_dict(), "train": asdict(train_cfg),
+    params = {"task": task_name, "kind": spec.kind, "source": spec.source, "mode": shown_mode, "size": size,
+              "pretrained": pretrained or "none", "model": config.to_dict(), "train": asdict(train_cfg),
               "data": stats, "threshold_policy": spec.threshold_policy()}
     fingerprint = tracking.dataset_fingerprint(seq_dir / "splits.parquet", seq_dir / "windows.parquet")
     tags = {"task": task_name, "mode": shown_mode, "dataset_fingerprint": fingerprint}
