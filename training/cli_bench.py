@@ -131,15 +131,23 @@ def cmd_bench_sequences(args) -> int:
 
 
 def cmd_bench_depth(args) -> int:
-    from training.bench.depth import INITS, TASKS, DepthBenchSettings, bench_depth, depth_table, log_summary, plot_depth
+    from training.bench.depth import (
+        INITS,
+        KNOWN_TASKS,
+        DepthBenchSettings,
+        bench_depth,
+        depth_table,
+        log_summary,
+        plot_depth,
+    )
 
     tasks = tuple(t for t in args.tasks.split(",") if t)
     inits = tuple(i for i in args.inits.split(",") if i)
-    for flag, given, known in (("--tasks", tasks, TASKS), ("--inits", inits, INITS)):
+    for flag, given, known in (("--tasks", tasks, KNOWN_TASKS), ("--inits", inits, INITS)):
         unknown = sorted(set(given) - set(known))
         if unknown or not given:
             raise ValueError(f"{flag}: unknown {', '.join(unknown) or 'nothing given'}; choose from {', '.join(known)}")
-    if not Path(args.data_dir).is_dir():
+    if set(tasks) - {"level"} and not Path(args.data_dir).is_dir():
         raise FileNotFoundError(f"--data-dir {args.data_dir} does not exist (the shared data: ../shared/data)")
     settings = DepthBenchSettings(data_dir=args.data_dir, tasks=tasks, inits=inits,
                                   depths=tuple(_int_list(args.depths, "--depths")),
@@ -299,7 +307,8 @@ def add_bench_parser(sub) -> None:
     bd.add_argument("--json", required=True, help="output JSON (a .md table and a -curves.png plot go beside it)")
     bd.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"),
                     help="the shared data (tabfact/, loghub/)")
-    bd.add_argument("--tasks", default="tabfact,bgl")
+    bd.add_argument("--tasks", default="tabfact,bgl",
+                    help="tabfact, bgl (../shared/data), level (synthetic: the 16-layer test's tiny task)")
     bd.add_argument("--depths", default="2,4,8,16", metavar="N1,N2,...")
     bd.add_argument("--inits", default="default_warmup,default,dt_fixup")
     bd.add_argument("--seeds", default="0,1,2", metavar="S1,S2,...")

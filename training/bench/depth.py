@@ -15,7 +15,9 @@ task's test split. ``init``:
 Tasks (``../shared/data``): ``tabfact`` (statements joined to their tables, the table task of
 ``seqenc bench tables``; split by table; metric accuracy) and ``bgl`` (BGL log windows,
 training.bench.data; stratified split; metric F1 of the anomaly class at the dev-fitted
-threshold). Choices: the KA has no heads shared with the frozen TVM (sharing would train the
+threshold); ``level`` (synthetic, seeded, no shared data: :func:`level_task`, the tiny task of
+the 16-layer test in tests/test_fixup_depth.py; first 160 sequences train, 40 dev, 40 test).
+Choices: the KA has no heads shared with the frozen TVM (sharing would train the
 TVM's heads); the same learning rate for every cell (``lr``, large enough that warm-up matters;
 chosen before any test figure was seen; each row also carries ``dev_metric`` and ``dev_loss``,
 the dev split's figures, which is what a learning rate may be chosen by); ``final_train_loss``
@@ -38,7 +40,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-TASKS = ("tabfact", "bgl")
+TASKS = ("tabfact", "bgl")  # the default: the real small tasks
+KNOWN_TASKS = (*TASKS, "level")
 INITS = ("default_warmup", "default", "dt_fixup")
 DEPTHS = (2, 4, 8, 16)
 
@@ -72,9 +75,28 @@ class TaskKRs:
     class_names: list
 
 
+def level_task(n: int = 240, seed: int = 0):
+    """The synthetic task ``level``: (objects, labels {id: name}). ``n`` sequences of six steps
+    with keys ``service`` and ``user`` (noise) and ``level``, whose values are ERROR / WARN in
+    the ``anomaly`` sequences (about half) and INFO / DEBUG in the ``normal`` ones: one key's KR
+    separates the classes, so what a cell measures is the optimisation, not the task."""
+    import polars as pl
+
+    rng = np.random.default_rng(seed)
+    rows, labels = [], {}
+    for i in range(n):
+        sid, positive = f"s{i:04d}", bool(rng.random() < 0.5)
+        for step in range(6):
+            rows.append((sid, step, "service", str(rng.choice(["api", "db", "cache", "auth"]))))
+            rows.append((sid, step, "user", f"u{rng.integers(1000)}"))
+            rows.append((sid, step, "level", str(rng.choice(["ERROR", "WARN"] if positive else ["INFO", "DEBUG"]))))
+        labels[sid] = "anomaly" if positive else "normal"
+    return pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row"), labels
+
+
 def _task_objects(task: str, s: DepthBenchSettings, work: Path):
     """(objects, labels {id: name}, split {id: split}, exclude_keys, class names) of a task from
-    the shared data; for bgl the class names are (negative, positive)."""
+    the shared data (or generated: ``level``); class names are (negative, positive) for bgl and level."""
     import polars as pl
 
     from parsers import storage
@@ -83,6 +105,11 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
     from training.table_task import example_objects, groups_of
     from training.task_data import grouped_split
 
+    if task == "level":
+        objects, labels = level_task()
+        ids = sorted(labels)
+        split = {i: "train" if k < 160 else "dev" if k < 200 else "test" for k, i in enumerate(ids)}
+        return objects, labels, split, (), ["normal", "anomaly"]
     if task == "tabfact":
         src = Path(s.data_dir) / "tabfact"
         settings = tb.TablesBenchSettings(tables=str(src / "tables"), train=str(src / "val.jsonl"),
