@@ -51,11 +51,10 @@ PAD, UNK, CLS, SEP, MASK, VAL_SEP = "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"
 SPECIAL_TOKENS = [PAD, UNK, CLS, SEP, MASK, VAL_SEP]
 END = "[END]"  # the last value of every S(k) with value ends on (TVMKAConfig.value_end)
 NUMERIC_BINS_FILE = "numeric_bins.json"  # beside tokenizer.json
-# distinct value texts whose token ids encode_many remembers. Measured on a bucket of week-scale
-# HDFS value sequences (seqenc bench sequences): ~1.5 KB of RSS per entry (text, id list, dict
-# slot), so 1M entries were ~1.5 GB of a build's peak; 200k bound it to ~0.3 GB. Values that
-# recur across buckets are encoded again after a clear (a cheap WordPiece pass), so
-# tokenisation time barely moves.
+# distinct value texts whose token ids encode_many remembers. A/B on the windows step of the
+# first 40 buckets of a week-scale HDFS build (800k sequences; seqenc bench sequences' data):
+# peak RSS 1,921 MB with 1M entries, 1,625 MB with 200k, the same windows, seconds within noise
+# (values that recur across buckets are encoded again after a clear: a cheap WordPiece pass).
 CACHE_LIMIT = 200_000
 
 

@@ -58,8 +58,10 @@ log = logging.getLogger(__name__)
 # sequences per bucket. Chosen, not tuned: at 2 days of 100k generated HDFS lines (12,948
 # sequences, ``seqenc bench sequences``) buckets of 2,000 peaked at 753 MB and of 500 at 694 MB;
 # a week of 10.4M-line days (4.5M sequences) with this size passed 3.1 GB in the windows step
-# (per-sequence id lists and the tokenizer's cache, not the bucket; measured before those lists
-# were freed ahead of that step, not measured since), so it is not known to fit 2 GB.
+# before the per-sequence id lists were freed ahead of it, and peaked at 2,319 MB after (the
+# tokenizer's cache then at 1M entries; its limit is now 200k, worth ~300 MB on 40 of those
+# buckets: seqenc.tokenizer.CACHE_LIMIT). The whole week at 200k is not measured yet, so it is
+# not known to fit 2 GB.
 CHUNK_SEQUENCES = 20_000
 STAT_SUMS = ("sequences", "keys", "windows", "values", "dropped_values", "tokens")
 
