@@ -150,8 +150,12 @@ def task_krs(task: str, s: DepthBenchSettings, work: Path, progress: bool) -> Ta
     return TaskKRs(task, "accuracy" if task == "tabfact" else "f1", kr, data, y, splits, names)
 
 
-def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettings) -> tuple[dict, list[float]]:
-    """One KA trained on ``t``'s cached KRs -> (row, its per-step training losses)."""
+def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettings,
+               stop_after: int | None = None) -> tuple[dict, list[float]]:
+    """One KA trained on ``t``'s cached KRs -> (row, its per-step training losses).
+    ``stop_after``: only the first steps of the ``s.steps``-step schedule (the same learning
+    rates, so the same early curve; tests/test_fixup_depth.py reads only that); the row then
+    describes the truncated run."""
     import torch
     import torch.nn.functional as F
 
@@ -177,7 +181,7 @@ def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettin
     weights = class_weights(t.y[train], len(t.class_names), task)
     rng = np.random.default_rng(seed)
     losses = []
-    for _ in range(s.steps):
+    for _ in range(min(s.steps, stop_after or s.steps)):
         ka.train()
         batch = rng.choice(train, size=min(s.batch_size, len(train)), replace=False)
         loss = F.cross_entropy(ka(*gather_keys(t.kr, offsets, batch)), torch.as_tensor(t.y[batch]), weight=weights)
@@ -187,7 +191,7 @@ def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettin
             break
         losses.append(loss.item())
     probs = ka_probabilities(ka, t.kr, t.data)
-    diverged = len(losses) < s.steps or not np.isfinite(probs).all()
+    diverged = len(losses) < min(s.steps, stop_after or s.steps) or not np.isfinite(probs).all()
     row = {"task": t.name, "depth": depth, "init": init, "seed": seed,
            **({"metric": None, "dev_metric": None, "dev_loss": None} if diverged else cell_metrics(t, probs, task)),
            "final_train_loss": None if diverged else float(np.mean(losses[-20:])), "metric_name": t.metric,
