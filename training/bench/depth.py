@@ -107,8 +107,9 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
 
     if task == "level":
         objects, labels = level_task()
-        ids = sorted(labels)
-        split = {i: "train" if k < 160 else "dev" if k < 200 else "test" for k, i in enumerate(ids)}
+        ids = sorted(labels)  # the first 2/3 train, then 1/6 dev, 1/6 test (160 / 40 / 40)
+        n = len(ids)
+        split = {i: "train" if k < n * 2 // 3 else "dev" if k < n * 5 // 6 else "test" for k, i in enumerate(ids)}
         return objects, labels, split, (), ["normal", "anomaly"]
     if task == "tabfact":
         src = Path(s.data_dir) / "tabfact"
@@ -181,7 +182,8 @@ def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettin
     weights = class_weights(t.y[train], len(t.class_names), task)
     rng = np.random.default_rng(seed)
     losses = []
-    for _ in range(min(s.steps, stop_after or s.steps)):
+    steps = min(s.steps, stop_after or s.steps)
+    for _ in range(steps):
         ka.train()
         batch = rng.choice(train, size=min(s.batch_size, len(train)), replace=False)
         loss = F.cross_entropy(ka(*gather_keys(t.kr, offsets, batch)), torch.as_tensor(t.y[batch]), weight=weights)
@@ -191,7 +193,7 @@ def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettin
             break
         losses.append(loss.item())
     probs = ka_probabilities(ka, t.kr, t.data)
-    diverged = len(losses) < min(s.steps, stop_after or s.steps) or not np.isfinite(probs).all()
+    diverged = len(losses) < steps or not np.isfinite(probs).all()
     row = {"task": t.name, "depth": depth, "init": init, "seed": seed,
            **({"metric": None, "dev_metric": None, "dev_loss": None} if diverged else cell_metrics(t, probs, task)),
            "final_train_loss": None if diverged else float(np.mean(losses[-20:])), "metric_name": t.metric,
