@@ -1,6 +1,23 @@
-"""Shared fixtures."""
+"""Shared fixtures, and one thread per test worker.
+
+The suite runs on two pytest-xdist workers (``-n 2 --dist loadfile`` in pyproject.toml: each test
+file stays on one worker, so a module's fixture is built once). On a 2-core machine two workers
+that each start two torch threads slow each other down several times over, so every worker (and
+every subprocess it starts, through ``OMP_NUM_THREADS``) uses one thread. ``pytest -n 0`` runs the
+suite in one process with the default threads.
+"""
+
+import os
 
 import pytest
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
