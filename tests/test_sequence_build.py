@@ -54,7 +54,9 @@ def test_buckets_give_the_files_of_one_pass(data, task, monkeypatch):
     if task == "hdfs_watch":  # the vocabulary from a sample of the train sequences, the same either way
         monkeypatch.setattr("training.task_data.VOCAB_SEQUENCES", 20)
     built = {}
-    for chunk in (10**9, 7):  # one bucket in memory; buckets of 7 sequences spilled to Parquet
+    for chunk in (10**9, 7):  # one bucket in memory; buckets of 7 sequences spilled to Parquet,
+        # their windows tokenised 3 sequences at a time
+        monkeypatch.setattr("training.sequence_build.WINDOW_SEQUENCES", 3 if chunk == 7 else 10**9)
         work = data["base"] / f"{task}-{chunk}"
         result = pipeline.stage_sequences(str(work), task, "tiny", seed=1, data_root=data["root"],
                                           catalog=data["catalog"], chunk_sequences=chunk, progress=False)
@@ -115,3 +117,14 @@ def test_sequence_chunks_hold_whole_sequences_in_id_order(tmp_path, chunk, max_s
         assert seen == wanted.to_list() and got.height == 25 * 5
         assert got.group_by("sequence_id").agg(pl.col("step").is_sorted().all())["step"].all()
         assert not list((tmp_path / "spill").rglob("*.parquet"))  # spilled files removed once read
+
+
+def test_sequence_slices_cut_between_sequences_and_keep_every_row():
+    from training.sequence_build import sequence_slices
+
+    frame = pl.DataFrame({"sequence_id": ["a", "a", "b", "c", "c", "c", "d"], "key": list("xyxxyzx")})
+    slices = list(sequence_slices(frame, 2))
+    assert [s["sequence_id"].unique(maintain_order=True).to_list() for s in slices] == [["a", "b"], ["c", "d"]]
+    assert pl.concat(slices).equals(frame)
+    assert list(sequence_slices(frame, 10))[0].equals(frame)
+    assert len(list(sequence_slices(frame.clear(), 2))) == 1  # an empty bucket is one empty slice

@@ -63,7 +63,23 @@ log = logging.getLogger(__name__)
 # buckets: seqenc.tokenizer.CACHE_LIMIT). The whole week at 200k is not measured yet, so it is
 # not known to fit 2 GB.
 CHUNK_SEQUENCES = 20_000
+# sequences tokenised at a time in the windows step: its windows are Python lists of ints
+# (~36 bytes a token), so a whole bucket of 20,000 week sequences (11.5M tokens) held ~400 MB of
+# them plus ~130 MB of Arrow; a slice of 2,000 holds a tenth. The rows written are the same.
+WINDOW_SEQUENCES = 2_000
 STAT_SUMS = ("sequences", "keys", "windows", "values", "dropped_values", "tokens")
+
+
+def sequence_slices(value_seqs: pl.DataFrame, n: int) -> Iterator[pl.DataFrame]:
+    """``value_seqs`` (rows of one sequence contiguous) in zero-copy slices of at most ``n`` whole sequences."""
+    if value_seqs.height == 0:
+        yield value_seqs
+        return
+    lengths = value_seqs["sequence_id"].rle().struct.field("len").to_numpy()  # rows per sequence, in order
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for first in range(0, len(lengths), n):
+        last = min(first + n, len(lengths))
+        yield value_seqs.slice(int(starts[first]), int(starts[last] - starts[first]))
 
 
 class ValueSequenceParts:
@@ -169,16 +185,17 @@ def _write_windows(out: Path, parts: ValueSequenceParts, tok, model_cfg: dict, t
     stats = dict.fromkeys(STAT_SUMS, 0)
     history = None
     with pq.ParquetWriter(out / "windows.parquet", WINDOWS_SCHEMA) as windows:
-        for vs in tqdm(parts.frames(), total=len(parts), desc="windows", unit="bucket",
-                       disable=not progress or len(parts) == 1):
-            data = windows_of(vs, tok, model_cfg)
-            windows.write_table(data.to_arrow())
-            for name in STAT_SUMS:
-                stats[name] += data.stats[name]
-            if task.kind == "next_item":
-                frame = item_history_frame(vs, data.sequence_ids, task, classes).to_arrow()
-                history = history or pq.ParquetWriter(out / "item_history.parquet", frame.schema)
-                history.write_table(frame)
+        for bucket in tqdm(parts.frames(), total=len(parts), desc="windows", unit="bucket",
+                           disable=not progress or len(parts) == 1):
+            for vs in sequence_slices(bucket, WINDOW_SEQUENCES):
+                data = windows_of(vs, tok, model_cfg)
+                windows.write_table(data.to_arrow())
+                for name in STAT_SUMS:
+                    stats[name] += data.stats[name]
+                if task.kind == "next_item":
+                    frame = item_history_frame(vs, data.sequence_ids, task, classes).to_arrow()
+                    history = history or pq.ParquetWriter(out / "item_history.parquet", frame.schema)
+                    history.write_table(frame)
     if history is not None:
         history.close()
     return stats
