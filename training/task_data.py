@@ -194,16 +194,16 @@ def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int,
     return out.tolist()
 
 
-def vocab_sample(train_ids: list[str], limit: int | None = None) -> list[str]:
+def vocab_sample(train_ids: list[str] | pl.Series, limit: int | None = None) -> list[str]:
     """The train sequences whose keys and values the WordPiece vocabulary is learnt from: all of
     them up to ``limit``, else the ``limit`` with the smallest hash of their id (a stable sample).
     Choice: the trainer's word counts grow with the distinct words it is fed (a week of HDFS
     blocks: past 6 GB and rising), while a 4,096-piece vocabulary is settled by a sample; the
     numeric bins still see every train value (seqenc.numeric.BinFitter)."""
     limit = VOCAB_SEQUENCES if limit is None else limit
-    if len(train_ids) <= limit:
-        return list(train_ids)
-    ids = pl.Series(train_ids, dtype=pl.String)
+    ids = train_ids if isinstance(train_ids, pl.Series) else pl.Series(train_ids, dtype=pl.String)
+    if ids.len() <= limit:
+        return ids.to_list()
     return pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(limit)["id"].to_list()
 
 
