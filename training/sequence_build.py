@@ -56,12 +56,11 @@ from training.task_data import (
 log = logging.getLogger(__name__)
 
 # sequences per bucket. Chosen, not tuned: at 2 days of 100k generated HDFS lines (12,948
-# sequences, ``seqenc bench sequences``) buckets of 2,000 peaked at 753 MB and of 500 at 694 MB;
-# a week of 10.4M-line days (4.5M sequences) with this size passed 3.1 GB in the windows step
-# before the per-sequence id lists were freed ahead of it, and peaked at 2,319 MB after (the
-# tokenizer's cache then at 1M entries; its limit is now 200k, worth ~300 MB on 40 of those
-# buckets: seqenc.tokenizer.CACHE_LIMIT). The whole week at 200k is not measured yet, so it is
-# not known to fit 2 GB.
+# sequences, ``seqenc bench sequences``) buckets of 2,000 peaked at 753 MB and of 500 at 694 MB.
+# A week of 10.4M-line days (4.5M sequences, 626M object rows) with this size peaks at 1,819 MB
+# (2026-11-27, in the per-bucket value sequences; the spill 1.7 GB; the windows step, tokenised
+# WINDOW_SEQUENCES at a time, 1.26 GB: docs/operations.md); it had peaked at 2,264 MB with whole buckets
+# tokenised at once and a tokenizer cache of 1M entries.
 CHUNK_SEQUENCES = 20_000
 # sequences tokenised at a time in the windows step: its windows are Python lists of ints
 # (~36 bytes a token), so a whole bucket of 20,000 week sequences (11.5M tokens) held ~400 MB of
