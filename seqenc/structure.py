@@ -94,16 +94,24 @@ def _sort_order(ids: torch.Tensor, segment: torch.Tensor, attention_mask: torch.
 @dataclass
 class MateView:
     """One view (rows or columns) of MATE's efficient attention, laid out once per input and
-    reused by every layer: the sort ``order`` [B, L] and its ``inverse``, the global section ``G``, ``n`` buckets of
-    ``radius`` (the long part padded by ``extra``) and the additive masks of the global queries
-    [B, 1, G, L] and the long queries [B n, 1, R, G + 3R] (keys: G global, then buckets b-1, b, b+1)."""
+    reused by every layer. Positions are those of the input; the sorted order only decides which
+    tokens go where:
 
-    order: torch.Tensor
-    inverse: torch.Tensor
+    * ``query_index``: the global section's G queries [B, G], then (when n > 0) the long part's n
+      buckets of ``radius`` [B, n R] (the last one padded with filler queries, whose outputs are
+      dropped);
+    * ``key_index``: the global section's keys, every token in input order [B, L], then (when
+      n > 0) each bucket's keys [B, n (G + 3R)], the global section and buckets b-1, b, b+1 side
+      by side (filler keys point at any token: the bias masks them);
+    * ``output_index`` [B, L]: where each input token's output lies in the G + n R outputs;
+    * ``global_bias`` [B, 1, G, L] (keys in input order) and ``long_bias`` [B n, 1, R, G + 3R]."""
+
     G: int
     n: int
     radius: int
-    extra: int
+    query_index: tuple[torch.Tensor, ...]
+    key_index: tuple[torch.Tensor, ...]
+    output_index: torch.Tensor
     global_bias: torch.Tensor
     long_bias: torch.Tensor | None
 
@@ -111,8 +119,8 @@ class MateView:
 def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype: torch.dtype) -> MateView:
     B, L = ids.shape
     device = ids.device
-    order = _sort_order(ids, segment, attention_mask)  # [B, L]
-    inverse = torch.argsort(order, dim=1)  # position of each input token in the sorted order
+    order = _sort_order(ids, segment, attention_mask)  # [B, L]: sorted position -> input position
+    inverse = torch.argsort(order, dim=1)  # input position -> sorted position
     ids, real = ids.gather(1, order), attention_mask.gather(1, order)
     text_k = segment.gather(1, order).eq(TEXT)
     text_q = text_k | ~real  # a padding query attends like text
@@ -127,21 +135,23 @@ def mate_view(ids, segment, attention_mask, global_len: int, radius: int, dtype:
         return torch.zeros(ok.shape, dtype=dtype, device=device).masked_fill(~ok, neg)
 
     G = min(global_len, L)
-    pos = torch.arange(L, device=device).expand(B, L)
-    global_bias = bias(allowed(pos[:, :G], pos))[:, None]  # [B, 1, G, L]
+    pos = torch.arange(L, device=device).expand(B, L)  # sorted positions
+    global_bias = bias(allowed(pos[:, :G], inverse))[:, None]  # [B, 1, G, L], keys in input order
     if G == L:
-        return MateView(order, inverse, G, 0, radius, 0, global_bias, None)
+        return MateView(G, 0, radius, (order,), (pos,), inverse, global_bias, None)
     n = -(-(L - G) // radius)
-    extra = n * radius - (L - G)
     filler = lambda k: torch.full((B, k), -1, device=device, dtype=pos.dtype)  # noqa: E731
-    lp = torch.cat([pos[:, G:], filler(extra)], 1)  # [B, n R], -1: filler
+    lp = torch.cat([pos[:, G:], filler(n * radius - (L - G))], 1)  # [B, n R], -1: filler
     lkp = torch.cat([filler(radius), lp, filler(radius)], 1)  # the keys: one empty bucket on either side
     win = torch.arange(n, device=device)[:, None] * radius + torch.arange(3 * radius, device=device)  # [n, 3R]
     wpos, qpos = lkp[:, win], lp.view(B, n, radius)  # [B, n, 3R], [B, n, R]
     g_ok = allowed(qpos.clamp(min=0), pos[:, None, :G].expand(B, n, G))  # [B, n, R, G]
     w_ok = allowed(qpos.clamp(min=0), wpos.clamp(min=0)) & (wpos >= 0)[:, :, None, :]  # [B, n, R, 3R]
     long_bias = bias(torch.cat([g_ok, w_ok], -1)).view(B * n, 1, radius, G + 3 * radius)  # a bucket a row
-    return MateView(order, inverse, G, n, radius, extra, global_bias, long_bias)
+    to_input = lambda p: order.gather(1, p.clamp(min=0).flatten(1)).view_as(p)  # noqa: E731  sorted -> input
+    keys = torch.cat([pos[:, None, :G].expand(B, n, G), wpos], -1)  # [B, n, G + 3R] sorted positions
+    return MateView(G, n, radius, (order[:, :G], to_input(lp)), (pos, to_input(keys).flatten(1)), inverse,
+                    global_bias, long_bias)
 
 
 def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_heads: int, global_len: int,
@@ -152,65 +162,99 @@ def mate_layout(row_ids, col_ids, segment, attention_mask, n_row_heads: int, n_h
     return rows, cols
 
 
-def _bucketed(q, k, v, view: MateView, dropout_p: float, training: bool) -> torch.Tensor:
-    """Figure 2 of MATE for one group of heads sharing a view. q, k, v: [B, L, h, d], rows in the
-    view's sorted order -> the outputs [B, L, h, d] in that order."""
-    B, L, h, d = q.shape
+def _bucketed(queries, keys, values, view: MateView, dropout_p: float, training: bool) -> torch.Tensor:
+    """Figure 2 of MATE for one group of heads sharing a view, on the rows gathered by the view's
+    indices (``queries``: [B, G, h, d] and [B, n R, h, d]; ``keys`` / ``values``: [B, L, h, d] and
+    [B, n (G + 3R), h, d]) -> the outputs [B, L, h, d] in input order."""
     G, n, R = view.G, view.n, view.radius
     p = dropout_p if training else 0.0
     # the global section attends to everything: [B, h, G, d] (PyTorch's fused core, scaled 1 / sqrt(d))
-    out_global = F.scaled_dot_product_attention(q[:, :G].transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                                attn_mask=view.global_bias, dropout_p=p).transpose(1, 2)
+    out_global = F.scaled_dot_product_attention(queries[0].transpose(1, 2), keys[0].transpose(1, 2),
+                                                values[0].transpose(1, 2), attn_mask=view.global_bias,
+                                                dropout_p=p).transpose(1, 2)
     if n == 0:
-        return out_global
-    # the long part in buckets of R, a bucket a batch row (4-D, so the fused core serves it too);
-    # each bucket sees the global section and buckets b-1, b, b+1 (an empty bucket padded on
-    # either side): its G + 3R keys laid side by side
-    lq = F.pad(q[:, G:], (0, 0, 0, 0, 0, view.extra)).view(B * n, R, h, d).transpose(1, 2)  # [B n, h, R, d]
-
-    def windows(t):  # [B, L, h, d] -> [B n, h, G + 3R, d]
-        long = F.pad(t[:, G:], (0, 0, 0, 0, R, R + view.extra)).view(B, n + 2, R, h, d)
-        glob = t[:, None, :G].expand(B, n, G, h, d)
-        both = torch.cat([glob, long[:, :n], long[:, 1:n + 1], long[:, 2:]], 2)  # [B, n, G + 3R, h, d]
-        return both.view(B * n, G + 3 * R, h, d).transpose(1, 2)
-
-    out_long = F.scaled_dot_product_attention(lq, windows(k), windows(v), attn_mask=view.long_bias, dropout_p=p)
-    out_long = out_long.transpose(1, 2).reshape(B, n * R, h, d)[:, :L - G]
-    return torch.cat([out_global, out_long], 1)
+        return _GatherRows.apply(out_global, view.output_index)
+    # the long part, a bucket a batch row (4-D, so the fused core serves it too); each bucket
+    # sees the global section and buckets b-1, b, b+1: its G + 3R keys laid side by side
+    B, _, h, d = queries[1].shape
+    lq = queries[1].view(B * n, R, h, d).transpose(1, 2)  # [B n, h, R, d]
+    kw, vw = (t[1].view(B * n, G + 3 * R, h, d).transpose(1, 2) for t in (keys, values))
+    out_long = F.scaled_dot_product_attention(lq, kw, vw, attn_mask=view.long_bias, dropout_p=p)  # [B n, h, R, d]
+    out = torch.cat([out_global, out_long.transpose(1, 2).reshape(B, n * R, h, d)], 1)  # [B, G + n R, h, d]
+    return _GatherRows.apply(out, view.output_index)
 
 
 def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_row_heads: int,
                    dropout_p: float = 0.0, training: bool = False) -> torch.Tensor:
     """MATE's efficient attention (module docstring): q, k, v [B, h, L, d] -> [B, h, L, d];
     heads [0, n_row_heads) through the row view of ``layout`` (:func:`mate_layout`), the
-    others through the column view. Tokens are sorted as rows of the [B, L, h, d] layout (the
-    projections' own: contiguous h * d per token) and each group's outputs sorted back."""
-    parts = []
-    for view, heads in ((layout[0], slice(0, n_row_heads)), (layout[1], slice(n_row_heads, q.size(1)))):
-        if view is not None:
-            qs, ks, vs = (_PermuteRows.apply(t[:, heads].transpose(1, 2), view.order, view.inverse) for t in (q, k, v))
-            out = _bucketed(qs, ks, vs, view, dropout_p, training)  # [B, L, h', d], sorted
-            parts.append(_PermuteRows.apply(out, view.inverse, view.order))
+    others through the column view. Every sort, bucket and window is one gather of rows in the
+    [B, L, h, d] layout (the projections' own: contiguous h * d per token), both views at once."""
+    groups = [(view, heads) for view, heads in ((layout[0], slice(0, n_row_heads)),
+                                                (layout[1], slice(n_row_heads, q.size(1)))) if view is not None]
+    heads = tuple(h for _, h in groups)
+
+    def gather(t, field):  # -> per group, the tuple of its gathered tensors
+        sizes = [len(getattr(view, field)) for view, _ in groups]
+        flat = _GatherHeads.apply(t.transpose(1, 2), tuple(getattr(view, field) for view, _ in groups), heads)
+        return [flat[sum(sizes[:i]):sum(sizes[:i + 1])] for i in range(len(groups))]
+
+    queries, keys, values = gather(q, "query_index"), gather(k, "key_index"), gather(v, "key_index")
+    parts = [_bucketed(qg, kg, vg, view, dropout_p, training)
+             for (view, _), qg, kg, vg in zip(groups, queries, keys, values)]
     return (torch.cat(parts, 2) if len(parts) > 1 else parts[0]).transpose(1, 2)
 
 
-class _PermuteRows(torch.autograd.Function):
-    """t [B, L, ...] -> t[b, order[b]] for a permutation ``order``; the backward gathers the
-    gradient with the ``inverse`` permutation (every row moves exactly once: no scatter-add)."""
+def _flat_rows(index: torch.Tensor, L: int) -> torch.Tensor:
+    """[B, M] row indices per batch row -> [B M] indices into the rows of a [B L, ...] tensor."""
+    return (index + torch.arange(index.size(0), device=index.device)[:, None] * L).flatten()
+
+
+class _GatherHeads(torch.autograd.Function):
+    """t [B, L, h, d] -> for each group g and each index i of ``indices[g]``: t[b, i[b], heads[g]]
+    [B, M, h_g, d], all in one flat tuple. A row may be taken many times (a key sits in up to three
+    windows and the global section's keys in all); the backward adds every output's gradients into
+    one tensor with ``index_add_``. (Autograd's own, through head slices and advanced indexing,
+    would zero and add a full-size tensor per slice.)"""
 
     @staticmethod
-    def forward(ctx, t: torch.Tensor, order: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
-        ctx.save_for_backward(inverse)
-        return _rows(t, order)
+    def forward(ctx, t: torch.Tensor, indices: tuple, heads: tuple):
+        B, L, h, d = t.shape
+        rows = t.reshape(B * L, h, d)
+        ctx.plan = [(s, _flat_rows(i, L)) for group, s in zip(indices, heads) for i in group]
+        ctx.heads, ctx.shape = heads, t.shape
+        return tuple(rows[:, s].index_select(0, flat).view(B, -1, len(range(h)[s]), d) for s, flat in ctx.plan)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        B, L, h, d = ctx.shape
+        # a buffer per group (index_add_ into a head slice is slow), then laid side by side
+        parts = {s.start: grads[0].new_zeros(B * L, len(range(h)[s]), d) for s in ctx.heads}
+        for grad, (s, flat) in zip(grads, ctx.plan):
+            if grad is not None:
+                parts[s.start].index_add_(0, flat, grad.reshape(flat.numel(), -1, d))
+        rows = torch.cat(list(parts.values()), 1) if len(parts) > 1 else next(iter(parts.values()))
+        return rows.view(B, L, h, d), None, None
+
+
+class _GatherRows(torch.autograd.Function):
+    """t [B, L, ...] -> t[b, index[b]] [B, M, ...]; the backward adds the gradients back with
+    ``index_add_``."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        B, L = t.shape[:2]
+        flat = _flat_rows(index, L)
+        ctx.save_for_backward(flat)
+        ctx.shape = t.shape
+        return t.reshape(B * L, *t.shape[2:]).index_select(0, flat).view(B, index.size(1), *t.shape[2:])
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        (inverse,) = ctx.saved_tensors
-        return _rows(grad, inverse), None, None
-
-
-def _rows(t: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
-    return t[torch.arange(t.size(0), device=t.device)[:, None], order]
+        (flat,) = ctx.saved_tensors
+        B, L = ctx.shape[:2]
+        rows = grad.new_zeros(B * L, *ctx.shape[2:]).index_add_(0, flat, grad.reshape(flat.numel(), *ctx.shape[2:]))
+        return rows.view(ctx.shape), None
 
 
 # --- TableFormer ------------------------------------------------------------------------------

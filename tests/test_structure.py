@@ -42,17 +42,18 @@ def random_tables(batch: int, seed: int, max_rows: int = 6, max_cols: int = 5, m
 
 
 @pytest.mark.parametrize("seed", range(5))
-def test_efficient_mate_equals_the_masked_reference(seed):
+@pytest.mark.parametrize("n_row", [0, 1, 2, 4])  # column heads only, an uneven split, half, row heads only
+def test_efficient_mate_equals_the_masked_reference(seed, n_row):
     row_ids, col_ids, segment, mask = random_tables(3, seed)
     B, L = mask.shape
-    h, d, n_row = 4, 8, 2
+    h, d = 4, 8
     g = torch.Generator().manual_seed(100 + seed)
     q, k, v = (torch.randn(B, h, L, d, generator=g) for _ in range(3))
     reference = eager_attention(q, k, v, mate_mask(row_ids, col_ids, segment, mask, h, n_row), 0.0, False)
     longest_group = max(int((ids[b][segment[b] != TEXT] == i).sum()) for ids in (row_ids, col_ids)
                         for b in range(B) for i in ids[b].unique())
     max_text = int((segment == TEXT).logical_and(mask).sum(1).max())
-    for global_len, radius in ((max_text, longest_group), (max_text + 3, longest_group + 2)):
+    for global_len, radius in ((max_text, longest_group), (max_text + 3, longest_group + 2), (L, 1)):
         fast = mate_attention(q, k, v, mate_layout(row_ids, col_ids, segment, mask, n_row, h, global_len, radius), n_row)
         diff = (fast - reference).abs()[mask[:, None, :, None].expand_as(fast)]
         assert diff.max() <= 1e-5, (global_len, radius, diff.max())
