@@ -35,8 +35,9 @@ def test_bench_accuracy_cli_contract(tmp_path):
             {k: v for k, v in result["milestone"][mode].items() if k != "seconds"}, mode
     assert set(result) == {"hdfs", "milestone"}
     # binary: + loglizer's unsupervised PCA and the floor
-    assert set(result["hdfs"]) == {"interleaved", "flattened", "count_lr", "count_pca", "always_positive"}
-    assert set(result["milestone"]) == {"interleaved", "flattened", "count_lr"}
+    assert set(result["hdfs"]) == {"interleaved", "flattened", "count_lr", "count_lr_values", "count_pca",
+                                   "always_positive"}
+    assert set(result["milestone"]) == {"interleaved", "flattened", "count_lr", "count_lr_values"}
     for name, modes in result.items():
         for metrics in modes.values():
             assert set(metrics) == FIELDS | {DEV_FIELD[name]}
@@ -112,7 +113,8 @@ def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path):
             "config": {"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}}
     both, _ = bench_accuracy(data, tmp_path / "both", modes=["interleaved", "interleaved+surprise"], **args)
     plain, _ = bench_accuracy(data, tmp_path / "plain", modes=["interleaved"], **args)
-    assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr", "count_pca", "always_positive"]
+    assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr", "count_lr_values", "count_pca",
+                                  "always_positive"]
     assert {k: v for k, v in both["hdfs"]["interleaved"].items() if k != "seconds"} == \
         {k: v for k, v in plain["hdfs"]["interleaved"].items() if k != "seconds"}
     assert both["hdfs"]["interleaved"]["seconds"] == both["hdfs"]["interleaved+surprise"]["seconds"]

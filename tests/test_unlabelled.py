@@ -256,7 +256,7 @@ def test_bench_rows_and_mode_names(tmp_path):
         config={"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4},
                 "threshold": {"unlabelled": {"policy": "contamination", "share": 0.3}}})
     rows = result["hdfs"]
-    assert list(rows) == ["unlabelled", "unlabelled+normal", "count_lr", "count_pca", "count_pca+normal",
+    assert list(rows) == ["unlabelled", "unlabelled+normal", "count_lr", "count_lr_values", "count_pca", "count_pca+normal",
                           "always_positive"]
     for name, row in rows.items():
         assert {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds", "dev_f1"} <= set(row), name

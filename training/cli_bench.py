@@ -23,7 +23,7 @@ def cmd_bench_accuracy(args) -> int:
     except ValueError as err:
         raise SystemExit(f"seqenc bench accuracy: {err}") from err
     results, described = bench_accuracy(args.data, workdir, datasets=datasets,
-                                        modes=args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
+                                        modes=[] if args.modes == "none" else args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
                                         config=config, progress=not args.no_progress,
                                         seeds=[int(x) for x in args.seeds.split(",")] if args.seeds else None,
                                         split=args.split)
@@ -237,8 +237,9 @@ def add_bench_parser(sub) -> None:
                     help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
                          "surprise too; with interleaved as well, one training gives both rows; and "
                          "interleaved+rvd: with replaced-value detection; interleaved+bag: the TVM reads S(k) as a bag of "
-                         "values, tvm_positions=within_value); count_lr always runs, and always_positive "
-                         "(every sequence flagged: the floor) on binary datasets")
+                         "values, tvm_positions=within_value); 'none': no training, the baselines only. count_lr "
+                         "(event counts) and count_lr_values (every key=value pair S(k) reads) always run, and "
+                         "always_positive (every sequence flagged: the floor) and count_pca on binary datasets")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     ba.add_argument("--limit", action="append", metavar="DATASET=N",
                     help="dataset size limit (hdfs: lines per file, default all; others: see training.bench.data)")

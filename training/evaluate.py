@@ -116,7 +116,7 @@ def evaluate_task(workdir: str | Path, task_name: str, catalog=None, model: str 
 def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -> dict | None:
     """The count baseline (module docstring) on the work directory's split of a labelled task;
     None for an ``anomaly`` task (its unsupervised baseline is the bench's count_pca)."""
-    from training.bench.baselines import count_baseline
+    from training.bench.baselines import count_baseline, value_count_dataset
     from training.bench.data import BenchDataset
 
     seq_dir = Path(workdir) / "sequences" / task_name
@@ -126,15 +126,12 @@ def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -
     split = pl.read_parquet(seq_dir / "splits.parquet")
     dates = json.loads((seq_dir / "input.json").read_text())["ingest_dates"]
     objects = task_objects(read_task_objects(Path(workdir) / "data", task, dates), task)
-    objects = objects.join(split.select("sequence_id"), on="sequence_id", how="semi").filter(~pl.col("key").is_in(task.exclude_keys))
-    if task.event_key:
-        counted = objects.filter(pl.col("key") == "event")
-    else:  # every key=value pair is one countable token
-        counted = objects.with_columns((pl.col("key") + "=" + pl.col("value")).alias("value"))
-    counted = counted.with_columns(pl.lit("count").alias("key"))
-    ds = BenchDataset(name=task_name, task=task.kind, class_names=tuple(classes), objects=counted,
+    ds = BenchDataset(name=task_name, task=task.kind, class_names=tuple(classes),
+                      objects=objects.join(split.select("sequence_id"), on="sequence_id", how="semi"),
                       labels=split.select("sequence_id", "label"), split=split.select("sequence_id", "split"),
-                      event_key="count", exclude_keys=(), description="count baseline of a task")
+                      event_key="event", exclude_keys=tuple(task.exclude_keys), description="count baseline of a task")
+    if not task.event_key:  # every key=value pair is one countable token
+        ds = value_count_dataset(ds)
     result = count_baseline(ds, seed)
     return {k: v for k, v in result.items() if v is not None and k not in ("seconds", "vocab", "n_train", "n_test")}
 

@@ -9,7 +9,9 @@ then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view
 ``interleaved+bag``, the TVM reading S(k) as a bag of values: ``tvm_positions="within_value"``)
 trained with the demo's model and step sizes (but 1:10 TVM:KA steps, BENCH_OVERRIDES) and the
 same seed, evaluated on the test split (binary threshold fitted on dev), next to scikit-learn
-logistic regression on event-count vectors (``count_lr``) and, on binary datasets, loglizer's
+logistic regression on event-count vectors (``count_lr``), the same on the counts of every
+key=value pair S(k) reads (``count_lr_values``: TVM-KA's input as a bag, the demo's counts LR;
+training.bench.baselines.value_count_dataset) and, on binary datasets, loglizer's
 unsupervised PCA on event counts (``count_pca``) and the floor of flagging every sequence
 (``always_positive``), on next_item each sequence's own items ranked by count (``history_rank``,
 training.evaluate.history_rank_scores; the next-item head reads the same history, seqenc.heads,
@@ -56,7 +58,7 @@ import torch
 from seqenc.config import TVMKAConfig, task_model_settings
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, item_histories
-from training.bench.baselines import always_positive, count_baseline, count_pca
+from training.bench.baselines import always_positive, count_baseline, count_pca, value_count_dataset
 from training.bench.data import BenchDataset, check_split, duplicates_across_splits, load_dataset
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.evaluate import history_rank_scores
@@ -269,6 +271,9 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
     t0 = time.time()
     counts = count_baseline(ds, seed)
     out["count_lr"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
+    t0 = time.time()
+    counts = count_baseline(value_count_dataset(ds), seed)
+    out["count_lr_values"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
     if ds.task == "next_item":  # each sequence's own items, most frequent first (training.evaluate)
         scores = history_rank_scores(data.item_history, len(ds.class_names))
         dev = ranking_metrics(y[splits["dev"]], scores[splits["dev"]])
