@@ -173,7 +173,7 @@ def _bucketed(queries, keys, values, view: MateView, dropout_p: float, training:
                                                 values[0].transpose(1, 2), attn_mask=view.global_bias,
                                                 dropout_p=p).transpose(1, 2)
     if n == 0:
-        return _GatherRows.apply(out_global, view.output_index)
+        return _gather_rows(out_global, view.output_index)
     # the long part, a bucket a batch row (4-D, so the fused core serves it too); each bucket
     # sees the global section and buckets b-1, b, b+1: its G + 3R keys laid side by side
     B, _, h, d = queries[1].shape
@@ -181,7 +181,7 @@ def _bucketed(queries, keys, values, view: MateView, dropout_p: float, training:
     kw, vw = (t[1].view(B * n, G + 3 * R, h, d).transpose(1, 2) for t in (keys, values))
     out_long = F.scaled_dot_product_attention(lq, kw, vw, attn_mask=view.long_bias, dropout_p=p)  # [B n, h, R, d]
     out = torch.cat([out_global, out_long.transpose(1, 2).reshape(B, n * R, h, d)], 1)  # [B, G + n R, h, d]
-    return _GatherRows.apply(out, view.output_index)
+    return _gather_rows(out, view.output_index)
 
 
 def mate_attention(q, k, v, layout: tuple[MateView | None, MateView | None], n_row_heads: int,
@@ -237,24 +237,9 @@ class _GatherHeads(torch.autograd.Function):
         return rows.view(B, L, h, d), None, None
 
 
-class _GatherRows(torch.autograd.Function):
-    """t [B, L, ...] -> t[b, index[b]] [B, M, ...]; the backward adds the gradients back with
-    ``index_add_``."""
-
-    @staticmethod
-    def forward(ctx, t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        B, L = t.shape[:2]
-        flat = _flat_rows(index, L)
-        ctx.save_for_backward(flat)
-        ctx.shape = t.shape
-        return t.reshape(B * L, *t.shape[2:]).index_select(0, flat).view(B, index.size(1), *t.shape[2:])
-
-    @staticmethod
-    def backward(ctx, grad: torch.Tensor):
-        (flat,) = ctx.saved_tensors
-        B, L = ctx.shape[:2]
-        rows = grad.new_zeros(B * L, *ctx.shape[2:]).index_add_(0, flat, grad.reshape(flat.numel(), *ctx.shape[2:]))
-        return rows.view(ctx.shape), None
+def _gather_rows(t: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """t [B, L, h, d] -> t[b, index[b]] [B, M, h, d] (:class:`_GatherHeads` with one group of every head)."""
+    return _GatherHeads.apply(t, ((index,),), (slice(0, t.size(2)),))[0]
 
 
 # --- TableFormer ------------------------------------------------------------------------------

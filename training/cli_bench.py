@@ -22,8 +22,9 @@ def cmd_bench_accuracy(args) -> int:
             check_split(name, args.split)
     except ValueError as err:
         raise SystemExit(f"seqenc bench accuracy: {err}") from err
-    results, described = bench_accuracy(args.data, workdir, datasets=datasets,
-                                        modes=[] if args.modes == "none" else args.modes.split(","), size=args.size, seed=args.seed, limits=limits,
+    modes = [] if args.modes == "none" else args.modes.split(",")  # none: the baselines alone
+    results, described = bench_accuracy(args.data, workdir, datasets=datasets, modes=modes, size=args.size,
+                                        seed=args.seed, limits=limits,
                                         config=config, progress=not args.no_progress,
                                         seeds=[int(x) for x in args.seeds.split(",")] if args.seeds else None,
                                         split=args.split)

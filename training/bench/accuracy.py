@@ -268,12 +268,9 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
                             also_plain=variant == "surprise" and base in modes)
         log.info("%s %s: %s", ds.name, mode, rows[mode])
     out = {mode: rows[mode] for mode in modes}
-    t0 = time.time()
-    counts = count_baseline(ds, seed)
-    out["count_lr"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
-    t0 = time.time()
-    counts = count_baseline(value_count_dataset(ds), seed)
-    out["count_lr_values"] = _row(counts, ds.task) | {"seconds": round(time.time() - t0, 1)}
+    for name, counted in (("count_lr", ds), ("count_lr_values", value_count_dataset(ds))):
+        t0 = time.time()
+        out[name] = _row(count_baseline(counted, seed), ds.task) | {"seconds": round(time.time() - t0, 1)}
     if ds.task == "next_item":  # each sequence's own items, most frequent first (training.evaluate)
         scores = history_rank_scores(data.item_history, len(ds.class_names))
         dev = ranking_metrics(y[splits["dev"]], scores[splits["dev"]])
