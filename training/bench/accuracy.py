@@ -224,7 +224,8 @@ def _variant(mode: str) -> tuple[str, str]:
     base, _, variant = mode.partition("+")
     if base not in MODES_ALL or variant not in VARIANTS or (variant and base in END_TO_END):
         raise ValueError(f"unknown bench mode {mode!r}: a training mode ({', '.join(MODES_ALL)}), "
-                         "interleaved / no_interleave optionally with +rvd, +surprise or +bag")
+                         "interleaved / no_interleave optionally with +rvd, +surprise or +bag "
+                         "(or --modes none alone: the baselines only)")
     return base, variant
 
 
