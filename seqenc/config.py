@@ -25,17 +25,23 @@ TVM_POSITIONS = ("sequence", "within_value")
 TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer", "mafid")  # seqenc.table_model, seqenc.mafid
 KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
 KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
+# the buckets of a classifier's hashed bag of values (TVMKAConfig.value_counts, seqenc.heads)
+VALUE_COUNT_BUCKETS = 1 << 16
 # model settings a task kind gets unless its config says otherwise (the measured best, docs/training.md;
-# the paper's plain next-item head is ``{"item_history": false}``, its S(k) ``{"value_end": false}``)
-TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True}}
+# the paper's plain next-item head is ``{"item_history": false}``, its S(k) ``{"value_end": false}``,
+# its classifier ``{"value_counts": 0}``). multiclass: chosen on milestone's dev (docs/training.md);
+# binary keeps the paper's head until a binary dataset's dev says otherwise.
+TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True},
+                       "multiclass": {"value_counts": VALUE_COUNT_BUCKETS}}
 
 
 def task_model_settings(kind: str, overrides: dict, end_to_end: bool = False) -> dict:
     """A task kind's TASK_MODEL_DEFAULTS under ``overrides``; for an end-to-end comparison mode
-    without ``item_history`` (those encoders' heads read their own embedding only)."""
+    without ``item_history`` or ``value_counts`` (those encoders' heads read their own embedding only)."""
     settings = {**TASK_MODEL_DEFAULTS.get(kind, {}), **overrides}
     if end_to_end:
         settings.pop("item_history", None)
+        settings.pop("value_counts", None)
     return settings
 
 
@@ -142,6 +148,11 @@ class TVMKAConfig:
     # (the paper's head; bundles saved before it load unchanged); on for next_item tasks by
     # TASK_MODEL_DEFAULTS, the measured best.
     item_history: bool = False
+    # binary / multiclass: the classifier also reads the sequence's bag of values -- log(1 + count)
+    # of every (key, value) pair of its S(k), hashed into this many buckets -- through a linear layer
+    # whose logits add to the KA's (wide and deep; seqenc.heads.ClassificationHead). 0: off (the
+    # paper's head reads the KA's embedding only). Needs val_sep_token_id.
+    value_counts: int = 0
 
     # --- table-text encoders (seqenc.table_model, training mode "table") ----------------------
     # how attention sees a table (seqenc.structure): "dense" (all pairs; row and column
@@ -184,6 +195,12 @@ class TVMKAConfig:
             raise ValueError("task='next_item' needs n_items >= 1 (the catalogue size)")
         if self.item_history and self.task != "next_item":
             raise ValueError("item_history is for task='next_item'")
+        if self.value_counts < 0:
+            raise ValueError(f"value_counts={self.value_counts} must be >= 0 (0: the head reads no bag of values)")
+        if self.value_counts and self.task not in ("binary", "multiclass"):
+            raise ValueError(f"value_counts is for the classification tasks (binary, multiclass), not {self.task!r}")
+        if self.value_counts and self.val_sep_token_id is None:
+            raise ValueError("value_counts needs val_sep_token_id (the tokenizer's [VAL_SEP] id) to find the values")
         if self.numeric_bins < 0:
             raise ValueError(f"numeric_bins={self.numeric_bins} must be >= 0 (0: no bin tokens)")
         if self.surprise_scoring and self.task != "binary":

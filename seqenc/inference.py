@@ -45,12 +45,12 @@ def to_model(batch, module: torch.nn.Module):
     device, dtype = model_device(module), model_dtype(module)
 
     def move(x):
+        if isinstance(x, tuple | list):  # nested, e.g. a head's bag of values
+            return type(x)(move(y) for y in x)
         if not isinstance(x, torch.Tensor):
             return x
         return x.to(device, dtype) if x.is_floating_point() else x.to(device)
 
-    if isinstance(batch, tuple | list):
-        return type(batch)(move(x) for x in batch)
     return move(batch)
 
 
@@ -136,8 +136,7 @@ def ka_probabilities(
     for start in range(0, data.n_sequences, batch_size):
         idx = np.arange(start, min(start + batch_size, data.n_sequences))
         reprs, mask = gather_keys(kr, offsets, idx)
-        history = data.history_features(idx, ka.config.n_items) if ka.uses_history else None
-        probs.append(ka(*to_model((reprs, mask, history), ka)).float().softmax(-1).cpu())
+        probs.append(ka(*to_model((reprs, mask, ka.head_input(data, idx)), ka)).float().softmax(-1).cpu())
     ka.train(was_training)
     return torch.cat(probs).numpy() if probs else np.zeros((0, ka.config.n_classes))
 

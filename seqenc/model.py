@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -46,6 +47,11 @@ from seqenc.config import TVMKAConfig
 from seqenc.ema import LowDimEMA
 from seqenc.fixup import prepare_key_aggregator
 from seqenc.heads import make_head
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from seqenc.sequences import TokenizedSequences
 
 log = logging.getLogger(__name__)
 
@@ -276,16 +282,19 @@ class KeyAggregator(nn.Module):
         self.kr_mean.copy_(kr.mean(0))
         self.kr_std.copy_(kr.std(0).clamp(min=1e-6))
 
-    @property
-    def uses_history(self) -> bool:
-        """Whether the head reads the item history (``config.item_history``, seqenc.heads)."""
-        return self.config.item_history
+    def head_input(self, data: TokenizedSequences, sequence_index: np.ndarray):
+        """What the head reads beside the sequence embedding, for some sequences of ``data``: the
+        item history (``config.item_history``), the bag of values (``config.value_counts``), or
+        None (seqenc.heads)."""
+        if self.config.item_history:
+            return data.history_features(sequence_index, self.config.n_items)
+        if self.config.value_counts:
+            return data.value_count_bags(sequence_index, self.config.value_counts, self.config.val_sep_token_id)
+        return None
 
-    def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor,
-                history: torch.Tensor | None = None) -> torch.Tensor:
-        # -> [B, n_outputs] logits / item scores; history: [B, n_items, len(HISTORY_FEATURES)] where uses_history
-        h = self.encode(key_reprs, key_mask)
-        return self.head(h, history) if self.config.task == "next_item" else self.head(h)
+    def forward(self, key_reprs: torch.Tensor, key_mask: torch.Tensor, head_input=None) -> torch.Tensor:
+        # -> [B, n_outputs] logits / item scores; head_input: what head_input() returns for the batch
+        return self.head(self.encode(key_reprs, key_mask), head_input)
 
     @torch.no_grad()
     def top_k(self, key_reprs: torch.Tensor, key_mask: torch.Tensor, k: int = 10,

@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import logging
 import math
+import struct
+import zlib
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -132,6 +135,8 @@ class TokenizedSequences:
     # next_item with item history (seqenc.heads): per sequence {item index: its features}, from
     # :func:`item_histories`; None where the model does not read it
     item_history: list[dict[int, tuple[float, ...]]] | None = None
+    # the bags of values of :meth:`value_count_bags`, built on first use: ((n_buckets, val_sep_id), bags)
+    _value_bags: tuple | None = field(default=None, repr=False, compare=False)
 
     @property
     def n_sequences(self) -> int:
@@ -170,6 +175,44 @@ class TokenizedSequences:
             for item, features in self.item_history[int(i)].items():
                 out[b, item] = torch.tensor(features)
         return out
+
+    def value_count_bags(self, sequence_index: np.ndarray, n_buckets: int,
+                         val_sep_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The bags of values of some sequences, as ``torch.nn.EmbeddingBag`` takes them:
+        ``(buckets [N] int64, offsets [B] int64, weights [N] float32)``.
+
+        A sequence's bag has one entry per bucket its values fall in: every value of every S(k)
+        (the token ids between two [VAL_SEP], read from the windows, so exactly what the TVM
+        reads, markers included) is hashed with its key into ``n_buckets`` (CRC-32 of the key's
+        UTF-8, continued over the ids as little-endian int32: the same on every run and machine); the weight is log(1 + the number of values in the bucket).
+        What the head of ``TVMKAConfig.value_counts`` reads (seqenc.heads)."""
+        if self._value_bags is None or self._value_bags[0] != (n_buckets, val_sep_id):
+            self._value_bags = ((n_buckets, val_sep_id), self._build_value_bags(n_buckets, val_sep_id))
+        bags = self._value_bags[1]
+        chosen = [bags[int(i)] for i in sequence_index]
+        lengths = [len(b) for b, _ in chosen]
+        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if lengths else np.zeros(0)
+        buckets = np.concatenate([b for b, _ in chosen]) if chosen else np.zeros(0)
+        weights = np.concatenate([w for _, w in chosen]) if chosen else np.zeros(0)
+        return (torch.as_tensor(buckets, dtype=torch.int64), torch.as_tensor(offsets, dtype=torch.int64),
+                torch.as_tensor(weights, dtype=torch.float32))
+
+    def _build_value_bags(self, n_buckets: int, val_sep_id: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per sequence (buckets, log(1 + counts)) of :meth:`value_count_bags`."""
+        values_of_row: list[Counter] = [Counter() for _ in self.keys]
+        for window, row in zip(self.windows, self.window_key):
+            values_of_row[row].update(tuple(window[a:b]) for a, b in value_spans(window, val_sep_id))
+        counts: list[Counter] = [Counter() for _ in range(self.n_sequences)]
+        key_hash: dict[str, int] = {}
+        for row, values in enumerate(values_of_row):
+            key = self.keys[row]
+            if key not in key_hash:
+                key_hash[key] = zlib.crc32(key.encode())
+            bag = counts[self.key_seq[row]]
+            for tokens, n in values.items():
+                bag[zlib.crc32(struct.pack(f"<{len(tokens)}i", *tokens), key_hash[key]) % n_buckets] += n
+        return [(np.fromiter(bag.keys(), np.int64, len(bag)), np.log1p(np.fromiter(bag.values(), np.float32, len(bag))))
+                for bag in counts]
 
     # --- Parquet, one row per window -------------------------------------------------------------
     def write_parquet(self, path) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from parsers import storage
 from seqenc.catalog import load_catalog
+from seqenc.config import VALUE_COUNT_BUCKETS
 from training import pipeline, task_data
 from training.scoring import load_bundle, score_objects
 
@@ -40,6 +41,10 @@ def test_summary_has_the_documented_fields(demo):
                                                               "dev_recall_at_10"}
     config = json.loads((out / "models" / "next_item" / "bundle" / "config.json").read_text())
     assert config["item_history"] is True and config["value_end"] is False  # TASK_MODEL_DEFAULTS
+    # the multiclass head also reads the bag of values, the binary one does not (TASK_MODEL_DEFAULTS)
+    milestone = json.loads((out / "models" / "milestone" / "bundle" / "config.json").read_text())
+    anomaly = json.loads((out / "models" / "anomaly" / "bundle" / "config.json").read_text())
+    assert milestone["value_counts"] == VALUE_COUNT_BUCKETS and anomaly["value_counts"] == 0
     for values in summary["metrics"].values():
         assert all(0.0 <= v <= 1.0 for v in values.values())
     assert summary["mlflow_tracking_uri"] == f"sqlite:///{out / 'mlflow.db'}"

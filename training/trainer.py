@@ -251,12 +251,10 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.ka_batch_size, len(train_idx)), replace=False)
                 batch = shard(batch, self.rank, self.world)
-                history = self.data.history_features(batch, self.model.config.n_items) \
-                    if self.model.ka.uses_history else None
-                reprs, mask, labels, weights, history = to_model(
-                    (*gather_keys(self.kr, offsets, batch), torch.as_tensor(self.y[batch]), self.weights, history),
-                    self.model.ka)
-                loss = F.cross_entropy(self.model.ka(reprs, mask, history), labels, weight=weights)
+                reprs, mask, labels, weights, head_input = to_model(
+                    (*gather_keys(self.kr, offsets, batch), torch.as_tensor(self.y[batch]), self.weights,
+                     self.model.ka.head_input(self.data, batch)), self.model.ka)
+                loss = F.cross_entropy(self.model.ka(reprs, mask, head_input), labels, weight=weights)
                 self.engines["ka"].backward(loss / self.cfg.grad_accum)
                 losses.append(loss.item() / self.cfg.grad_accum)
             self.update(self.engines["ka"], {"train/task_loss": sum(losses)},

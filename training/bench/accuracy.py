@@ -55,7 +55,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from seqenc.config import TVMKAConfig, task_model_settings
+from seqenc.config import VALUE_COUNT_BUCKETS, TVMKAConfig, task_model_settings
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, item_histories
 from training.bench.baselines import always_positive, count_baseline, count_pca, value_count_dataset
@@ -79,7 +79,7 @@ DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
 # surprise = the KA's score combined with the TVM's masked-LM surprise (seqenc.surprise), bag = the
 # TVM reads S(k) as a bag of values (tvm_positions="within_value", seqenc.config)
 VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}, "surprise": {"surprise_scoring": True},
-            "bag": {"tvm_positions": "within_value"}}
+            "bag": {"tvm_positions": "within_value"}, "counts": {"value_counts": VALUE_COUNT_BUCKETS}}
 FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
 RANKING = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr")  # next_item rows add these
 # On top of the size's settings: ten KA steps per TVM step instead of the trainer's 2:1. KA
