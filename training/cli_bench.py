@@ -238,7 +238,8 @@ def add_bench_parser(sub) -> None:
                     help="training modes (on request also joint, interleaved+surprise: scored with the masked-LM "
                          "surprise too; with interleaved as well, one training gives both rows; and "
                          "interleaved+rvd: with replaced-value detection; interleaved+bag: the TVM reads S(k) as a bag of "
-                         "values, tvm_positions=within_value); 'none': no training, the baselines only. count_lr "
+                         "values, tvm_positions=within_value; interleaved+counts: the classifier also reads the hashed bag of values, "
+                         "value_counts, the multiclass default); 'none': no training, the baselines only. count_lr "
                          "(event counts) and count_lr_values (every key=value pair S(k) reads) always run, and "
                          "always_positive (every sequence flagged: the floor) and count_pca on binary datasets")
     ba.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")

@@ -6,7 +6,9 @@ value sequences S(k) from the dataset's objects, a WordPiece vocabulary from its
 then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view``; on request
 ``joint``, ``interleaved+rvd``, interleaved with replaced-value detection, seqenc.config, and
 ``interleaved+surprise``, scored with the TVM's masked-LM surprise too, seqenc.surprise, and
-``interleaved+bag``, the TVM reading S(k) as a bag of values: ``tvm_positions="within_value"``)
+``interleaved+bag``, the TVM reading S(k) as a bag of values: ``tvm_positions="within_value"``, and
+``interleaved+counts``, the classifier also reading the hashed bag of values: ``value_counts``,
+seqenc.heads; the default of multiclass datasets through seqenc.config.TASK_MODEL_DEFAULTS)
 trained with the demo's model and step sizes (but 1:10 TVM:KA steps, BENCH_OVERRIDES) and the
 same seed, evaluated on the test split (binary threshold fitted on dev), next to scikit-learn
 logistic regression on event-count vectors (``count_lr``), the same on the counts of every
@@ -224,7 +226,7 @@ def _variant(mode: str) -> tuple[str, str]:
     base, _, variant = mode.partition("+")
     if base not in MODES_ALL or variant not in VARIANTS or (variant and base in END_TO_END):
         raise ValueError(f"unknown bench mode {mode!r}: a training mode ({', '.join(MODES_ALL)}), "
-                         "interleaved / no_interleave optionally with +rvd, +surprise or +bag "
+                         "interleaved / no_interleave optionally with +rvd, +surprise, +bag or +counts "
                          "(or --modes none alone: the baselines only)")
     return base, variant
 
