@@ -183,9 +183,11 @@ class TokenizedSequences:
 
         A sequence's bag has one entry per bucket its values fall in: every value of every S(k)
         (the token ids between two [VAL_SEP], read from the windows, so exactly what the TVM
-        reads, markers included) is hashed with its key into ``n_buckets`` (CRC-32 of the key's
-        UTF-8, continued over the ids as little-endian int32: the same on every run and machine); the weight is log(1 + the number of values in the bucket).
-        What the head of ``TVMKAConfig.value_counts`` reads (seqenc.heads)."""
+        reads, markers included; values that did not fit the windows are not counted) is hashed
+        with its key into ``n_buckets`` (CRC-32 of the key's UTF-8, continued over the ids as
+        little-endian int32: the same on every run and machine); the weight is log(1 + the number
+        of values in the bucket). What the head of ``TVMKAConfig.value_counts`` reads
+        (seqenc.heads). The bags of all sequences are built on the first call and kept."""
         if self._value_bags is None or self._value_bags[0] != (n_buckets, val_sep_id):
             self._value_bags = ((n_buckets, val_sep_id), self._build_value_bags(n_buckets, val_sep_id))
         bags = self._value_bags[1]
