@@ -183,7 +183,9 @@ class TokenizedSequences:
 
         A sequence's bag has one entry per bucket its values fall in: every value of every S(k)
         (the token ids between two [VAL_SEP], read from the windows, so exactly what the TVM
-        reads, markers included; values that did not fit the windows are not counted) is hashed
+        reads, markers included: with value repeats a value's first occurrence, ``[NEW] v``, and
+        its later ones, ``[SEEN] v``, are two pairs that still carry the count; values that did
+        not fit the windows are not counted) is hashed
         with its key into ``n_buckets`` (CRC-32 of the key's UTF-8, continued over the ids as
         little-endian int32: the same on every run and machine); the weight is log(1 + the number
         of values in the bucket). What the head of ``TVMKAConfig.value_counts`` reads
