@@ -33,12 +33,12 @@ def _deepspeed_or_skip():
 _deepspeed_or_skip()
 
 from ranks import run_ranks  # noqa: E402  (tests/ranks.py)
+from toy_tokens import tokenized  # noqa: E402  (tests/toy_tokens.py)
 
 from seqenc.config import TVMKAConfig  # noqa: E402
 from seqenc.inference import to_model  # noqa: E402
 from seqenc.model import TVMKA  # noqa: E402
-from seqenc.sequences import collect_value_sequences, tokenize_value_sequences  # noqa: E402
-from seqenc.tokenizer import ValueTokenizer  # noqa: E402
+from seqenc.sequences import collect_value_sequences  # noqa: E402
 from training.checkpoint import join_tensors, split_tensors  # noqa: E402
 from training.data import split_indices  # noqa: E402
 from training.deepspeed_engine import DeepSpeedEngine  # noqa: E402
@@ -247,11 +247,7 @@ def toy_task(n=48, seed=0):
             rows += [(f"s{i}", step, "status", status), (f"s{i}", step, "latency", str(int(rng.integers(10, 90))))]
         labels.append(int(positive))
     vs = collect_value_sequences(pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row"))
-    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=120,
-                               min_frequency=1)
-    data = tokenize_value_sequences(vs, tok, max_len=16)
-    y = np.array([labels[int(s[1:])] for s in data.sequence_ids])
-    return tok, data, y
+    return tokenized(vs, labels, vocab_size=120, max_len=16)
 
 
 @pytest.mark.parametrize("stage", [0, 2])

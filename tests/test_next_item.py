@@ -6,12 +6,12 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from toy_tokens import tokenized
 
 from parsers.purchases import catalogue, generate_purchases
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
-from seqenc.tokenizer import ValueTokenizer
+from seqenc.sequences import collect_value_sequences
 from training.bench.baselines import count_baseline
 from training.bench.data import load_dataset
 from training.data import split_indices
@@ -84,10 +84,7 @@ def test_trainers_learn_next_item_retrieval(tmp_path, mode):
     above chance (recall@1 of a random ranking: 1/20)."""
     objects, labels = favourite_item_objects()
     vs = collect_value_sequences(objects)
-    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=200,
-                               min_frequency=1)
-    data = tokenize_value_sequences(vs, tok, max_len=32)
-    y = np.array([labels[int(s[1:])] for s in data.sequence_ids])
+    tok, data, y = tokenized(vs, labels)
     torch.manual_seed(0)
     config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2, d_ff=64,
                          max_positions=32, dropout=0.0, attn_dropout=0.0, task="next_item", n_items=20)
@@ -172,10 +169,7 @@ def test_item_history_lets_the_ka_rank_a_sequences_own_items_from_few_examples(t
     head to learn 20 item identities, enough for the history weights."""
     objects, labels = favourite_item_objects(n=60, seed=1)
     vs = collect_value_sequences(objects)
-    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=200,
-                               min_frequency=1)
-    data = tokenize_value_sequences(vs, tok, max_len=32)
-    y = np.array([labels[int(s[1:])] for s in data.sequence_ids])
+    tok, data, y = tokenized(vs, labels)
     from seqenc.sequences import item_histories
 
     data.item_history = item_histories(vs, data.sequence_ids, "item", [f"item{i}" for i in range(20)])

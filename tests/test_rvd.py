@@ -6,11 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from toy_tokens import tokenized
 
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
-from seqenc.tokenizer import ValueTokenizer
+from seqenc.sequences import collect_value_sequences
 from training.data import MLMBatches, split_indices
 from training.trainer import InterleavedTrainer, TrainConfig
 
@@ -35,11 +35,7 @@ def mismatch_objects(n=240, seed=0):
 
 def prepared(seed=0):
     objects, y = mismatch_objects(seed=seed)
-    vs = collect_value_sequences(objects)
-    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=300,
-                               min_frequency=1)
-    data = tokenize_value_sequences(vs, tok, max_len=32)
-    return tok, data, np.array([y[int(s[1:])] for s in data.sequence_ids])
+    return tokenized(collect_value_sequences(objects), y, vocab_size=300)
 
 
 def test_swapped_batches_replace_exactly_one_value_of_the_same_key():

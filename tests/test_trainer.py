@@ -6,10 +6,11 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from toy_tokens import tokenized
 
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.sequences import collect_value_sequences, tokenize_value_sequences
+from seqenc.sequences import collect_value_sequences
 from seqenc.tokenizer import ValueTokenizer
 from training.data import class_weights, mask_tokens, split_indices
 from training.trainer import InterleavedTrainer, TrainConfig
@@ -31,12 +32,8 @@ def toy_objects(n=160, seed=0):
 
 
 def build(seed=0, **train_overrides):
-    objects, y = toy_objects(seed=seed)
-    vs = collect_value_sequences(objects)
-    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=200,
-                               min_frequency=1)
-    data = tokenize_value_sequences(vs, tok, max_len=32)
-    y = np.array([y[int(s[1:])] for s in data.sequence_ids])  # labels in the data's sequence order
+    objects, labels = toy_objects(seed=seed)
+    tok, data, y = tokenized(collect_value_sequences(objects), labels)  # labels in the data's sequence order
     torch.manual_seed(seed)
     config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2,
                          d_ff=64, max_positions=32, dropout=0.0, attn_dropout=0.0, task="binary", n_classes=2)

@@ -4,12 +4,12 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from toy_tokens import tokenized
 
 from seqenc.config import TVMKAConfig
 from seqenc.heads import WIDE_WEIGHT_SCALE
 from seqenc.model import TVMKA
-from seqenc.sequences import TokenizedSequences, collect_value_sequences, tokenize_value_sequences
-from seqenc.tokenizer import ValueTokenizer
+from seqenc.sequences import TokenizedSequences, collect_value_sequences
 from training.data import split_indices
 from training.trainer import InterleavedTrainer, TrainConfig
 
@@ -99,11 +99,7 @@ def majority_objects(n=240, seed=0):
 
 def test_the_bag_of_values_helps_a_small_model_learn_a_count_decided_task(tmp_path):
     objects, labels = majority_objects()
-    vs = collect_value_sequences(objects)
-    tok = ValueTokenizer.train(vs["key"].to_list() + vs["values"].explode().to_list(), vocab_size=200,
-                               min_frequency=1)
-    data = tokenize_value_sequences(vs, tok, max_len=32)
-    y = np.array([labels[int(s[1:])] for s in data.sequence_ids])
+    tok, data, y = tokenized(collect_value_sequences(objects), labels)
     f1 = {}
     for buckets in (0, 64):
         torch.manual_seed(0)
