@@ -185,21 +185,19 @@ class TokenizedSequences:
         (the token ids between two [VAL_SEP], read from the windows, so exactly what the TVM
         reads, markers included: with value repeats a value's first occurrence, ``[NEW] v``, and
         its later ones, ``[SEEN] v``, are two pairs that still carry the count; values that did
-        not fit the windows are not counted) is hashed
-        with its key into ``n_buckets`` (CRC-32 of the key's UTF-8, continued over the ids as
-        little-endian int32: the same on every run and machine); the weight is log(1 + the number
-        of values in the bucket). What the head of ``TVMKAConfig.value_counts`` reads
-        (seqenc.heads). The bags of all sequences are built on the first call and kept."""
+        not fit the windows are not counted) is hashed with its key into ``n_buckets`` (CRC-32
+        of the key's UTF-8, continued over the ids as little-endian int32: the same on every run
+        and machine); the weight is log(1 + the number of values in the bucket). What the head
+        of ``TVMKAConfig.value_counts`` reads (seqenc.heads). The bags of all sequences are built
+        on the first call and kept."""
         if self._value_bags is None or self._value_bags[0] != (n_buckets, val_sep_id):
             self._value_bags = ((n_buckets, val_sep_id), self._build_value_bags(n_buckets, val_sep_id))
-        bags = self._value_bags[1]
-        chosen = [bags[int(i)] for i in sequence_index]
-        lengths = [len(b) for b, _ in chosen]
-        offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if lengths else np.zeros(0)
-        buckets = np.concatenate([b for b, _ in chosen]) if chosen else np.zeros(0)
-        weights = np.concatenate([w for _, w in chosen]) if chosen else np.zeros(0)
-        return (torch.as_tensor(buckets, dtype=torch.int64), torch.as_tensor(offsets, dtype=torch.int64),
-                torch.as_tensor(weights, dtype=torch.float32))
+        chosen = [self._value_bags[1][int(i)] for i in sequence_index]
+        lengths = np.array([len(b) for b, _ in chosen], dtype=np.int64)
+        offsets = np.cumsum(lengths) - lengths  # where each bag starts
+        buckets = np.concatenate([b for b, _ in chosen] or [np.zeros(0, np.int64)])
+        weights = np.concatenate([w for _, w in chosen] or [np.zeros(0, np.float32)])
+        return torch.as_tensor(buckets), torch.as_tensor(offsets), torch.as_tensor(weights)
 
     def _build_value_bags(self, n_buckets: int, val_sep_id: int) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per sequence (buckets, log(1 + counts)) of :meth:`value_count_bags`."""

@@ -79,7 +79,8 @@ MODES = ("interleaved", "no_interleave", "flattened", "record_view")
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
 # "<mode>+<variant>": the mode with model options; rvd = replaced-value detection (seqenc.config),
 # surprise = the KA's score combined with the TVM's masked-LM surprise (seqenc.surprise), bag = the
-# TVM reads S(k) as a bag of values (tvm_positions="within_value", seqenc.config)
+# TVM reads S(k) as a bag of values (tvm_positions="within_value", seqenc.config), counts = the
+# classifier also reads the hashed bag of values (value_counts, seqenc.heads; multiclass's default)
 VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}, "surprise": {"surprise_scoring": True},
             "bag": {"tvm_positions": "within_value"}, "counts": {"value_counts": VALUE_COUNT_BUCKETS}}
 FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
