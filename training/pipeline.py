@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import time
 from dataclasses import asdict
@@ -49,6 +48,7 @@ from training.metrics import (
 )
 from training.scoring import load_bundle, save_bundle, score_objects
 from training.sequence_build import CHUNK_SEQUENCES, build_sequences
+from training.sizes import resolve_size, size_settings
 from training.task_data import (
     UNLABELLED,
     label_vector,
@@ -64,28 +64,6 @@ from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 log = logging.getLogger(__name__)
 
 
-# Built-in sizes: "demo" is the main job (minutes on 2 CPU cores), "tiny" serves tests and DAG runs.
-SIZES = {
-    "demo": {
-        "data": {"n_blocks": 4000, "anomaly_rate": 0.05, "n_sessions": 1200, "n_users": 600, "n_products": 200},
-        "model": {"d_model": 128, "n_layers": 2, "n_heads": 4, "n_shared_heads": 2, "d_ff": 256,
-                  "max_positions": 128, "vocab_size": 4096},
-        # tvm_ka_ratio 0.1: ten KA steps per TVM step, the measured best (hdfs by content, dev F1 of
-        # seeds 0-2: 0.974 against 0.962 at 1:2, training.bench.accuracy.BENCH_OVERRIDES); the paper's
-        # 2:1 is TrainConfig's own default, kept as the preset "paper" (seqenc.config.TRAINING_PRESETS)
-        "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192,
-                  "ka_batch_size": 128, "tvm_ka_ratio": 0.1},
-    },
-    "tiny": {
-        "data": {"n_blocks": 200, "anomaly_rate": 0.1, "n_sessions": 150, "n_users": 120, "n_products": 40},
-        "model": {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64,
-                  "max_positions": 64, "vocab_size": 1024, "dropout": 0.0, "attn_dropout": 0.0},
-        "train": {"pretrain_steps": 10, "rounds": 2, "tvm_steps_per_round": 6, "batch_tokens": 4096,
-                  "warmup_steps": 2, "log_every": 2},
-    },
-}
-
-
 # Pre-trained init (``pretrained="minilm"`` or a BERT directory): the architecture and the
 # WordPiece vocabulary come from the checkpoint; the size still sets the data, the TVM window and
 # the step counts. Choice: smaller learning rates (the paper's grid holds 1e-4 .. 5e-6), and the
@@ -95,23 +73,6 @@ PRETRAINED_TRAIN = {"lr_tvm": 5e-5, "lr_ka": 1e-4}
 # model overrides (tvm_positions, surprise_scoring, dropout, ...) apply to it as to a fresh model
 CHECKPOINT_FIELDS = {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "hidden_act", "max_positions",
                      "type_vocab_size", "layer_norm_eps", "pad_token_id"}
-
-
-def _size(size: str) -> dict:
-    if size not in SIZES:
-        raise ValueError(f"unknown size {size!r}; choose from {sorted(SIZES)}")
-    return SIZES[size]
-
-
-def resolve_size(size: str | None, task_size: str | None) -> str:
-    """The size a stage runs at: ``size`` given to it, else the task's, else ``$SEQENC_SIZE``, else
-    "demo". The environment variable changes the default of every command at once (a smoke run of
-    a whole script, e.g. the README's, at size "tiny") without touching a declared size."""
-    chosen = size or task_size or os.environ.get("SEQENC_SIZE") or "demo"
-    if chosen not in SIZES:
-        where = "SEQENC_SIZE" if not (size or task_size) else "size"
-        raise ValueError(f"unknown {where} {chosen!r}; choose from {', '.join(sorted(SIZES))}")
-    return chosen
 
 
 def _fresh_dir(path: Path) -> Path:
@@ -126,7 +87,7 @@ def stage_generate(workdir: str, size: str = "demo", seed: int = 0, catalog=None
     """The built-in data of every catalogue source that names a ``demo_generator``:
     ``{source: {"path": raw file, "labels": labels CSV}}`` under ``<workdir>/raw``."""
     raw = _fresh_dir(Path(workdir) / "raw")
-    d = _size(size)["data"]
+    d = size_settings(size)["data"]
     out = {}
     for name, source in load_catalog(catalog).sources.items():
         if source.demo_generator is None:
@@ -194,7 +155,7 @@ def stage_sequences(workdir: str, task_name: str, size: str | None = None, seed:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     root = Path(data_root) if data_root else Path(workdir) / "data"
     inp = task_input(task_name, task, root, ingest_date)
-    model_cfg = {**_size(resolve_size(size, task.size))["model"],
+    model_cfg = {**size_settings(resolve_size(size, task.size))["model"],
                  **task_model_settings(task.kind, {**task.config.get("model", {}), **(model_overrides or {})})}
     final = sequences_dir(workdir, task_name)
     with atomic.replacing_dir(final) as out:  # swapped in whole at the end
@@ -240,7 +201,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     seq_dir = sequences_dir(workdir, task_name)
     _, spec, classes = read_task(seq_dir)
     size = job_args["size"] = resolve_size(size, spec.size)  # resolved: a resumed job keeps it
-    sz = _size(size)
+    sz = size_settings(size)
     mode = mode or spec.mode
     model_overrides = {**spec.config.get("model", {}), **(model_overrides or {})}
     train_overrides = {**spec.config.get("train", {}), **(train_overrides or {})}

@@ -65,7 +65,7 @@ from training.bench.data import BenchDataset, check_split, duplicates_across_spl
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.evaluate import history_rank_scores
 from training.metrics import headline, ranking_metrics
-from training.pipeline import SIZES
+from training.sizes import SIZES
 from training.task_data import vocab_and_windows
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 from training.trainer import MODES as MODES_ALL
