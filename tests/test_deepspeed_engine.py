@@ -251,7 +251,7 @@ def toy_task(n=48, seed=0):
 
 
 @pytest.mark.parametrize("stage", [0, 2])
-def test_interleaved_trainer_under_deepspeed(tmp_path, stage):
+def test_interleaved_trainer_under_deepspeed(tmp_path, stage, caplog):
     tok, data, y = toy_task()
     torch.manual_seed(0)
     model = TVMKA(TVMKAConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=4, n_shared_heads=2,
@@ -259,8 +259,15 @@ def test_interleaved_trainer_under_deepspeed(tmp_path, stage):
     shared_before = [p.detach().clone() for p in model.shared_parameters()]
     cfg = TrainConfig(pretrain_steps=3, rounds=2, tvm_steps_per_round=2, grad_accum=2, batch_tokens=256,
                       ka_batch_size=8, warmup_steps=2, deepspeed=ds_config(stage))
-    trainer = InterleavedTrainer(model, tok, data, y, split_indices(y, 0), cfg, tmp_path, progress=False)
+    with caplog.at_level("INFO", logger="training.deepspeed_engine"):
+        trainer = InterleavedTrainer(model, tok, data, y, split_indices(y, 0), cfg, tmp_path, progress=False)
     assert all(isinstance(e, DeepSpeedEngine) for e in trainer.engines.values())
+    # each engine says what it runs (the line a GPU log is read for)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("DeepSpeed engine for")]
+    n_shared = sum(p.numel() for p in model.shared_parameters())
+    assert said[0].startswith(f"DeepSpeed engine for TemporalValueModeler: ZeRO stage {stage}, fp32, AdamW on ")
+    assert said[1].startswith(f"DeepSpeed engine for KeyAggregator: ZeRO stage {stage}, fp32")
+    assert said[1].endswith(f"({n_shared} shared with engines made before it)") and "world size 1" in said[1]
     result = trainer.fit()
     losses = [v for key in ("train/mlm_loss", "train/task_loss") for _, v in trainer.history[key]]
     assert len(losses) == 3 + 2 * 2 + 2 * 1 and np.isfinite(losses).all()
