@@ -291,11 +291,12 @@ class DeepSpeedEngine:
         for peer in peers:
             peer._peers.add(self)
         _LIVE.add(self)
-        log.info("DeepSpeed engine for %s: ZeRO stage %d, %s, %s on %s, world size %d, %d parameters (%d shared with engines made before it)",
-                 type(network).__name__, self.zero_stage, "mixed precision" if self.mixed_precision else "fp32",
-                 type(self.basic_optimizer).__name__, self.params[0].device if self.params else "-",
-                 self.engine.world_size, sum(p.numel() for p in self.params),
-                 sum(p.numel() for p in self.params if any(id(p) in {id(q) for q in e.params} for e in peers)))
+        in_peers = {id(q) for e in peers for q in e.params}
+        log.info("DeepSpeed engine for %s: ZeRO stage %d, %s, %s on %s, world size %d, %d parameters "
+                 "(%d shared with engines made before it)", type(network).__name__, self.zero_stage,
+                 "mixed precision" if self.mixed_precision else "fp32", type(self.basic_optimizer).__name__,
+                 self.params[0].device if self.params else "-", self.engine.world_size,
+                 sum(p.numel() for p in self.params), sum(p.numel() for p in self.params if id(p) in in_peers))
 
     # --- where this process stands ---------------------------------------------------------
     @property
