@@ -9,6 +9,7 @@ and scoring run on the GPU (``test_training_and_scoring_on_cuda``), including a 
 onto it for batch scoring.
 """
 
+import dataclasses
 import json
 
 import numpy as np
@@ -18,6 +19,7 @@ import torch
 from test_trainer import build, toy_objects
 
 from seqenc.inference import model_device, model_dtype, predict_proba, to_model
+from seqenc.model import TVMKA
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.engines import training_device
 from training.scoring import load_bundle, save_bundle, score_objects
@@ -117,12 +119,11 @@ def test_training_and_scoring_on_cuda(tmp_path):
 
 def train_on(device: str, tmp_path) -> InterleavedTrainer:
     """The toy training on ``device`` with nothing drawn on the device: dropout is off in the toy
-    config and DropHead is switched off here (both draw from the device's generator; the masks
-    and batch orders come from seeded CPU generators)."""
+    config and the model is rebuilt here without DropHead (both draw from the device's generator;
+    the masks and batch orders come from seeded CPU generators)."""
     model, tok, data, y, splits, cfg = build(pretrain_steps=10, rounds=1, tvm_steps_per_round=6, device=device)
-    for module in model.modules():
-        if hasattr(module, "drophead"):
-            module.drophead = 0.0
+    torch.manual_seed(0)
+    model = TVMKA(dataclasses.replace(model.config, drophead=0.0))
     trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path / device, progress=False)
     trainer.fit()
     return trainer
