@@ -40,14 +40,21 @@ def test_bench_accuracy_cli_contract(tmp_path):
     assert set(result["milestone"]) == {"interleaved", "flattened", "count_lr", "count_lr_values"}
     for name, modes in result.items():
         for metrics in modes.values():
-            assert set(metrics) == FIELDS | {DEV_FIELD[name]}
+            binary = {"average_precision", "dev_average_precision", "dev_log_loss"} if name == "hdfs" else set()
+            assert set(metrics) == FIELDS | {DEV_FIELD[name]} | binary
             assert 0 <= metrics["macro_f1"] <= 1 and metrics["seconds"] >= 0 and 0 <= metrics[DEV_FIELD[name]] <= 1
     assert all(result["milestone"][m]["f1"] is None for m in result["milestone"])  # C-way: no binary F1
     # 100 blocks a file: 40 test blocks whose event sequences train never holds (at 40 a file, 16
     # test blocks, one miss moved F1 to 0.67); counts LR reaches 1.0 on this seed
     assert result["hdfs"]["count_lr"]["f1"] > 0.8
+    # the threshold-free figures (finer than F1 at the ceiling): a trained row and counts LR have
+    # them; the floor's constant score ranks nothing, so its average precision is the positive share
+    for mode in ("interleaved", "count_lr"):
+        row = result["hdfs"][mode]
+        assert 0 < row["average_precision"] <= 1 and 0 < row["dev_average_precision"] <= 1 and row["dev_log_loss"] > 0
     floor = result["hdfs"]["always_positive"]
     assert floor["recall"] == 1.0 and floor["precision"] == floor["micro_f1"]
+    assert floor["average_precision"] == pytest.approx(floor["precision"])
     described = json.loads(out.with_suffix(".datasets.json").read_text())
     hdfs = described["hdfs"]
     assert hdfs["split"] == "by_content" and "Split by_content" in hdfs["description"]

@@ -22,7 +22,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from sklearn.metrics import (  # noqa: E402
     ConfusionMatrixDisplay,
+    average_precision_score,
     f1_score,
+    log_loss,
     precision_recall_curve,
     precision_recall_fscore_support,
 )
@@ -90,10 +92,24 @@ def ranking_metrics_of_lists(targets: list[str], top_items: list[list[str]],
 
 
 def split_metrics(y: np.ndarray, probs: np.ndarray, task: str, threshold: float = 0.5) -> dict[str, float]:
-    """The metrics of one split from the model's probabilities [N, n_outputs], for any task."""
+    """The metrics of one split from the model's probabilities [N, n_outputs], for any task
+    (binary: also the threshold-free figures of :func:`binary_ranking`)."""
     if task == "next_item":
         return ranking_metrics(y, probs)
-    return task_metrics(y, predict(probs, task, threshold), task)
+    out = task_metrics(y, predict(probs, task, threshold), task)
+    return out | binary_ranking(y, probs[:, 1]) if task == "binary" else out
+
+
+def binary_ranking(y: np.ndarray, p_pos: np.ndarray) -> dict[str, float]:
+    """Threshold-free figures of P(positive): ``average_precision`` (the area under the PR curve,
+    how well positives rank above negatives) and ``log_loss`` (mean cross-entropy, probabilities
+    clipped to [1e-7, 1 - 1e-7]). Finer than F1 where F1 sits at the ceiling: they still see a
+    confident mistake and how close each block came to the threshold. {} when y lacks a class."""
+    if len(y) == 0 or y.min() == y.max():
+        return {}
+    p = np.clip(p_pos.astype(np.float64), 1e-7, 1 - 1e-7)
+    return {"average_precision": float(average_precision_score(y, p)),
+            "log_loss": float(log_loss(y, p, labels=[0, 1]))}
 
 
 def headline(task: str) -> str:

@@ -85,6 +85,8 @@ VARIANTS = {"": {}, "rvd": {"replaced_value_detection": True}, "surprise": {"sur
             "bag": {"tvm_positions": "within_value"}, "counts": {"value_counts": VALUE_COUNT_BUCKETS}}
 FIELDS = ("precision", "recall", "f1", "macro_f1", "micro_f1", "seconds")
 RANKING = ("recall_at_1", "recall_at_5", "recall_at_10", "mrr")  # next_item rows add these
+# Binary rows add the test average precision and, on dev, both: finer than F1 at the ceiling
+THRESHOLD_FREE = ("average_precision", "log_loss")
 # On top of the size's settings: ten KA steps per TVM step instead of the trainer's 2:1. KA
 # steps read cached KRs and cost little (the paper states "2:1" but its own example, 50K TVM
 # and ~100K KA steps, is 1:2). Chosen under the protocol of docs/benchmarks.md: hdfs split by
@@ -235,10 +237,12 @@ def _variant(mode: str) -> tuple[str, str]:
 def _row(metrics: dict, task: str, dev: dict | None = None) -> dict:
     """The contracted FIELDS (None where the task has no such metric), plus RANKING for next_item,
     plus ``dev_<headline>`` (dev_f1, dev_macro_f1, dev_recall_at_10): the dev figure, from ``dev``
-    (a trainer's dev metrics) or else from ``metrics`` (a baseline's row)."""
-    key = f"dev_{headline(task)}"
-    dev_value = dev.get(headline(task)) if dev is not None else metrics.get(key)
-    return {f: metrics.get(f) for f in FIELDS[:-1] + (RANKING if task == "next_item" else ())} | {key: dev_value}
+    (a trainer's dev metrics) or else from ``metrics`` (a baseline's row). Binary rows add the
+    threshold-free THRESHOLD_FREE (training.metrics.binary_ranking; None where a row has none)."""
+    headlines = [headline(task)] + (list(THRESHOLD_FREE) if task == "binary" else [])
+    extra = THRESHOLD_FREE[:1] if task == "binary" else ()
+    row = {f: metrics.get(f) for f in FIELDS[:-1] + (RANKING if task == "next_item" else ()) + extra}
+    return row | {f"dev_{k}": dev.get(k) if dev is not None else metrics.get(f"dev_{k}") for k in headlines}
 
 
 def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool,

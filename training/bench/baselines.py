@@ -61,11 +61,20 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     prediction; macro / micro F1 (precision, recall, f1 are None). Next item: items ranked by
     the predicted probability (a catalogue item never a train target scores 0); recall@k and
     MRR. ``dev_<headline>`` (dev_f1, dev_macro_f1 or dev_recall_at_10): the same metric on dev
-    (binary: at the dev-fitted threshold, so the best F1 on dev). ``seconds``: vectorising,
+    (binary: at the dev-fitted threshold, so the best F1 on dev; binary adds test
+    ``average_precision`` and ``dev_average_precision`` / ``dev_log_loss``). ``seconds``: vectorising,
     fitting and predicting."""
     from sklearn.linear_model import LogisticRegression
 
-    from training.metrics import best_threshold, headline, predict, ranking_metrics, split_metrics, task_metrics
+    from training.metrics import (
+        best_threshold,
+        binary_ranking,
+        headline,
+        predict,
+        ranking_metrics,
+        split_metrics,
+        task_metrics,
+    )
 
     start = time.perf_counter()
     ids, X, vocab = count_vectors(ds)
@@ -85,10 +94,12 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     result: dict = {"precision": None, "recall": None, "f1": None, "threshold": None}
     threshold = best_threshold(y[part["dev"]], dev_probs[:, 1]) if ds.task == "binary" else 0.5
     key = headline(ds.task)
-    result[f"dev_{key}"] = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)[key]
+    dev = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)
+    result |= {f"dev_{k}": dev.get(k) for k in (key, "average_precision", "log_loss") if k in dev}
     if ds.task == "binary":
         pred = predict(test_probs, "binary", threshold)
-        result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold)
+        result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold,
+                      **binary_ranking(y[part["test"]], test_probs[:, 1]))
     elif ds.task == "next_item":
         result.update(ranking_metrics(y[part["test"]], test_probs), micro_f1=None, macro_f1=None)
     else:
@@ -103,8 +114,9 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
 def always_positive(ds: BenchDataset) -> dict:
     """The floor of a binary dataset: every sequence predicted positive (``class_names[1]``,
     Anomaly). Test precision = the test prevalence, recall 1, F1 = 2p / (1 + p); the negative
-    class's F1 is 0, so macro F1 = F1 / 2; micro F1 = accuracy = p. ``dev_f1`` likewise on dev."""
-    from training.metrics import task_metrics
+    class's F1 is 0, so macro F1 = F1 / 2; micro F1 = accuracy = p. ``dev_f1`` likewise on dev;
+    ``average_precision`` (test and dev) of the constant score is the prevalence too."""
+    from training.metrics import binary_ranking, task_metrics
 
     if ds.task != "binary":
         raise ValueError(f"{ds.name}: always_positive needs a binary task, not {ds.task}")
@@ -114,6 +126,9 @@ def always_positive(ds: BenchDataset) -> dict:
          for s in ("dev", "test")}
     result = task_metrics(y["test"], np.ones_like(y["test"]), "binary")
     result["dev_f1"] = task_metrics(y["dev"], np.ones_like(y["dev"]), "binary")["f1"]
+    for prefix, part in (("", "test"), ("dev_", "dev")):
+        ranking = binary_ranking(y[part], np.ones(len(y[part])))
+        result[f"{prefix}average_precision"] = ranking.get("average_precision")
     return result | {"seconds": round(time.perf_counter() - start, 3)}
 
 
