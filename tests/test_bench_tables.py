@@ -44,3 +44,22 @@ def test_bench_tables_writes_the_contract(tmp_path):
     assert r2["runs"]["tableformer"]["reused"] and not r["runs"]["tableformer"]["reused"]
     assert r2["runs"]["tableformer"]["run_id"] == r["runs"]["tableformer"]["run_id"]
     assert r2["accuracy"]["tableformer"] == r["accuracy"]["tableformer"]
+
+
+def test_mafid_ablations_on_lookup_statements(tmp_path):
+    """MAFiD's ablations are bench variants: each trains the MAFiD model with its one change, on the
+    cell-lookup statements over real tables (training.bench.lookup, cut tables)."""
+    src = require(DATA / "tabfact")
+    statements, cut = tmp_path / "lookup.jsonl", tmp_path / "cut"
+    assert main(["bench", "table-lookup", "--tables", str(src / "tables"), "--from", str(src / "val.jsonl"),
+                 "--out", str(statements), "--tables-out", str(cut)]) == 0
+    out = tmp_path / "ablations.json"
+    assert main(["bench", "tables", "--tables", str(cut), "--train", str(statements), "--json", str(out),
+                 "--size", "tiny", "--max-tables", "8", "--variants", "mafid_no_ema,mafid_full_ema,mafid_no_gate",
+                 "--no-scaling", "--no-progress"]) == 0
+    r = json.loads(out.read_text())
+    assert set(r["accuracy"]) == {"mafid_no_ema", "mafid_full_ema", "mafid_no_gate", "majority", "bow_lr"}
+    expected = {"mafid_no_ema": ("none", True), "mafid_full_ema": ("full", True), "mafid_no_gate": ("lowdim", False)}
+    for variant, (ema, gate) in expected.items():
+        config = json.loads((tmp_path / "ablations" / variant / "models" / "verify" / "bundle" / "config.json").read_text())
+        assert config["table_attention"] == "mafid" and (config["mafid_ema"], config["mafid_gate"]) == (ema, gate)

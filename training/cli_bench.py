@@ -192,6 +192,20 @@ def cmd_bench_tables(args) -> int:
     return 0
 
 
+def cmd_bench_table_lookup(args) -> int:
+    from training.bench.lookup import write_lookup_statements
+
+    for flag, path in (("--tables", args.tables), ("--from", args.from_file)):
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{flag} {path} does not exist")
+    if args.per_table < 2 or args.max_rows < 2:
+        raise ValueError("--per-table and --max-rows must be at least 2")
+    counts = write_lookup_statements(args.tables, args.from_file, args.out, args.per_table, args.seed, args.max_rows,
+                                     args.tables_out)
+    print(f"wrote {args.out}: {json.dumps(counts)}")
+    return 0
+
+
 def add_bench_parser(sub) -> None:
     """The ``bench`` sub-commands, added to the CLI's sub-parsers."""
     bench = sub.add_parser("bench", help="benchmarks (JSON + Markdown table + plot)")
@@ -333,7 +347,8 @@ def add_bench_parser(sub) -> None:
     bt.add_argument("--test", default=None, help="JSON Lines statements to test on (default: the train file's "
                     "test split, by table)")
     bt.add_argument("--json", required=True, help="output JSON (a .md table and .png plots go beside it)")
-    bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")))
+    bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")),
+                    help="comma-separated; also MAFiD's ablations mafid_no_ema, mafid_full_ema, mafid_no_gate")
     bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}, "variants": '
                     '{"tvmka_minilm": {"train": {...}}}} (JSON or a file)')
@@ -353,3 +368,15 @@ def add_bench_parser(sub) -> None:
     bt.add_argument("--workdir", default=None, help="data, models, MLflow store (default: beside --json)")
     bt.add_argument("--no-progress", action="store_true")
     bt.set_defaults(func=cmd_bench_tables)
+
+    bl = bsub.add_parser("table-lookup", help="cell-lookup statements ('the <column> of <key> is <value>', half "
+                         "with another row's value) over real tables, in TabFact's layout, for bench tables --train")
+    bl.add_argument("--tables", required=True, help="folder of #-separated tables (header first)")
+    bl.add_argument("--from", dest="from_file", required=True, help="JSON Lines naming the tables (a 'table' field)")
+    bl.add_argument("--out", required=True, help="output JSON Lines: table, statement, label, caption")
+    bl.add_argument("--per-table", type=int, default=8, help="statements a table (half true)")
+    bl.add_argument("--max-rows", type=int, default=8, help="statements name only the first N data rows")
+    bl.add_argument("--tables-out", default=None, help="also write each used table cut to its header and first "
+                    "--max-rows rows here (pass it as bench tables --tables)")
+    bl.add_argument("--seed", type=int, default=0)
+    bl.set_defaults(func=cmd_bench_table_lookup)

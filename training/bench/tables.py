@@ -12,7 +12,8 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
 * ``dense``, ``mate``, ``tableformer``: the table-text encoder of training mode ``table``
   (seqenc.table_model) with that ``table_attention``, from scratch; ``mafid``: the MAFiD-style
   model of the same mode (seqenc.mafid: rows encoded apart, single-row attention, low-dim EMA
-  across rows, gated fusion), from scratch;
+  across rows, gated fusion), from scratch; ``mafid_no_ema``, ``mafid_full_ema``,
+  ``mafid_no_gate``: its ablations (MAFID_ABLATIONS), on request;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
 * baselines: ``majority`` (the train split's most frequent label) and ``bow_lr`` (a logistic
@@ -47,7 +48,11 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")
+# MAFiD's ablations (the paper's Table 4 rows; seqenc.mafid): the same model without the EMA across
+# rows, with a full-dimensional EMA, or with the fusion's tanh gates removed
+MAFID_ABLATIONS = {"mafid_no_ema": {"mafid_ema": "none"}, "mafid_full_ema": {"mafid_ema": "full"},
+                   "mafid_no_gate": {"mafid_gate": False}}
+VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid", *MAFID_ABLATIONS)
 BASELINES = ("majority", "bow_lr")
 TABLES, STATEMENTS, TEST_STATEMENTS, TASK = "tables", "statements", "test_statements", "verify"
 # the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
@@ -182,7 +187,9 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     mode = "interleaved" if variant.startswith("tvmka") else "table"
     pretrained = "minilm" if variant == "tvmka_minilm" else None
     own = s.config.get("variants", {}).get(variant, {})  # this variant's overrides win
-    model = {**(TABLE_MODEL | {"table_attention": variant} if mode == "table" else {}), **s.config.get("model", {}),
+    ablation = MAFID_ABLATIONS.get(variant, {})
+    attention = {"table_attention": "mafid" if ablation else variant}
+    model = {**(TABLE_MODEL | attention | ablation if mode == "table" else {}), **s.config.get("model", {}),
              **own.get("model", {})}
     train = {**s.config.get("train", {}), **own.get("train", {})} or None
     if pretrained:
