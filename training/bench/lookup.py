@@ -118,6 +118,7 @@ def write_lookup_statements(tables_dir: str | Path, from_file: str | Path, out: 
                 names.append(name)
                 captions[name] = record.get("caption", "")
     rows = lookup_statements(tables_dir, names, per_table, seed, max_rows, captions)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text("".join(json.dumps(r) + "\n" for r in rows))
     used = sorted({r["table"] for r in rows})
     if tables_out is not None:
