@@ -19,6 +19,8 @@
     seqenc bench score --json OUT  batch-scoring throughput, batched vs one sequence at a time
     seqenc bench sequences --json OUT            value-sequence building over days: buckets vs one pass, peak RSS
     seqenc bench tables --tables DIR --train FILE --json OUT   table encoders vs baselines, perturbation, scaling
+    seqenc bench table-lookup --tables DIR --from FILE --out FILE   cell-lookup statements over real tables
+    seqenc bench depth --json OUT  KA depth x init (default + warm-up, default, DT-Fixup) over a frozen MiniLM TVM
     seqenc ui [--workdir DIR]      the MLflow UI on a work directory's runs
 
 Heavy modules are imported inside each command so that ``seqenc --help`` answers at once.
