@@ -125,6 +125,13 @@ def test_an_unknown_seqenc_size_is_named(setup, tmp_path, monkeypatch):
     assert "SEQENC_SIZE 'huge'" in msg and "tiny" in msg
 
 
+def test_the_demo_reads_seqenc_size_too(tmp_path, monkeypatch):
+    # like every command without --size: the environment's size, checked before anything is written
+    monkeypatch.setenv("SEQENC_SIZE", "huge")
+    msg = _error(["demo", "--out", str(tmp_path / "out")])
+    assert "SEQENC_SIZE 'huge'" in msg and not (tmp_path / "out").exists()
+
+
 def test_size_precedence_flag_then_task_then_environment(monkeypatch):
     from training.pipeline import resolve_size
 

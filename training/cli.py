@@ -69,8 +69,9 @@ def _print_summary(summary: dict) -> None:
 
 def cmd_demo(args) -> int:
     from training.pipeline import run_demo
+    from training.sizes import resolve_size
 
-    summary = run_demo(args.out, size=args.size, seed=args.seed, progress=not args.no_progress,
+    summary = run_demo(args.out, size=resolve_size(args.size, None), seed=args.seed, progress=not args.no_progress,
                        pretrained=args.pretrained, pretrained_layers=args.pretrained_layers, catalog=args.catalog)
     _print_summary(summary)
     print(f"summary: {args.out}/summary.json")
@@ -226,7 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the whole pipeline on the built-in data")
     demo.add_argument("--out", required=True, help="output directory (data, models, MLflow store, summary.json)")
-    demo.add_argument("--size", default="demo", choices=["demo", "tiny"], help="built-in data and model size")
+    demo.add_argument("--size", default=None, choices=["demo", "tiny"],
+                      help="built-in data and model size (default: $SEQENC_SIZE, else demo)")
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--pretrained", default=None, metavar="minilm|DIR",
                       help="initialise TVM and KA from a BERT checkpoint (minilm = the bundled MiniLM-L6-H384; "
