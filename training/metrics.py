@@ -92,12 +92,10 @@ def ranking_metrics_of_lists(targets: list[str], top_items: list[list[str]],
 
 
 def split_metrics(y: np.ndarray, probs: np.ndarray, task: str, threshold: float = 0.5) -> dict[str, float]:
-    """The metrics of one split from the model's probabilities [N, n_outputs], for any task
-    (binary: also the threshold-free figures of :func:`binary_ranking`)."""
+    """The metrics of one split from the model's probabilities [N, n_outputs], for any task."""
     if task == "next_item":
         return ranking_metrics(y, probs)
-    out = task_metrics(y, predict(probs, task, threshold), task)
-    return out | binary_ranking(y, probs[:, 1]) if task == "binary" else out
+    return task_metrics(y, predict(probs, task, threshold), task)
 
 
 def binary_ranking(y: np.ndarray, p_pos: np.ndarray) -> dict[str, float]:

@@ -64,7 +64,7 @@ from training.bench.baselines import always_positive, count_baseline, count_pca,
 from training.bench.data import BenchDataset, check_split, duplicates_across_splits, load_dataset
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.evaluate import history_rank_scores
-from training.metrics import headline, ranking_metrics
+from training.metrics import binary_ranking, headline, ranking_metrics
 from training.sizes import SIZES
 from training.task_data import vocab_and_windows
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
@@ -157,12 +157,22 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
         trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, workdir / mode, progress=progress)
     final = trainer.fit()
     seconds = {"seconds": round(time.time() - t0, 1)}
-    rows = {mode: _row(final["test"], ds.task, final["dev"]) | seconds}
+    test, dev = _with_ranking(final, y, splits, ds.task)
+    rows = {mode: _row(test, ds.task, dev) | seconds}
     if also_plain:
         trainer.surprise = None  # probabilities() is the KA's again
         final = trainer.evaluate()
-        rows[base] = _row(final["test"], ds.task, final["dev"]) | seconds
+        test, dev = _with_ranking(final, y, splits, ds.task)
+        rows[base] = _row(test, ds.task, dev) | seconds
     return rows
+
+
+def _with_ranking(final: dict, y, splits, task: str) -> tuple[dict, dict]:
+    """(test, dev) metrics of a trainer's evaluation, binary ones with the threshold-free
+    figures (training.metrics.binary_ranking) from its probabilities."""
+    if task != "binary":
+        return final["test"], final["dev"]
+    return tuple(final[s] | binary_ranking(y[splits[s]], final["probs"][splits[s], 1]) for s in ("test", "dev"))
 
 
 def _unlabelled_parts(mode: str) -> tuple[bool, str] | None:

@@ -95,6 +95,8 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     threshold = best_threshold(y[part["dev"]], dev_probs[:, 1]) if ds.task == "binary" else 0.5
     key = headline(ds.task)
     dev = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)
+    if ds.task == "binary":
+        dev |= binary_ranking(y[part["dev"]], dev_probs[:, 1])
     result |= {f"dev_{k}": dev.get(k) for k in (key, "average_precision", "log_loss") if k in dev}
     if ds.task == "binary":
         pred = predict(test_probs, "binary", threshold)
