@@ -165,6 +165,13 @@ def cmd_bench_depth(args) -> int:
     return 0
 
 
+def _require_paths(*given: tuple[str, str | None]) -> None:
+    """Each (flag, path) given a path must exist: a user error in one line otherwise."""
+    for flag, path in given:
+        if path and not Path(path).exists():
+            raise FileNotFoundError(f"{flag} {path} does not exist")
+
+
 def cmd_bench_tables(args) -> int:
     from training.bench.tables import VARIANTS, TablesBenchSettings, bench_tables, plot_tables, tables_table
 
@@ -172,9 +179,7 @@ def cmd_bench_tables(args) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ValueError(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
-    for flag, path in (("--tables", args.tables), ("--train", args.train), ("--test", args.test)):
-        if path and not Path(path).exists():
-            raise FileNotFoundError(f"{flag} {path} does not exist")
+    _require_paths(("--tables", args.tables), ("--train", args.train), ("--test", args.test))
     settings = TablesBenchSettings(tables=args.tables, train=args.train, test=args.test, variants=variants,
                                    size=args.size, config=config_arg(args.config) if args.config else {},
                                    seed=args.seed, max_tables=args.max_tables, reuse_trained=args.reuse_trained,
@@ -195,9 +200,7 @@ def cmd_bench_tables(args) -> int:
 def cmd_bench_table_lookup(args) -> int:
     from training.bench.lookup import write_lookup_statements
 
-    for flag, path in (("--tables", args.tables), ("--from", args.from_file)):
-        if not Path(path).exists():
-            raise FileNotFoundError(f"{flag} {path} does not exist")
+    _require_paths(("--tables", args.tables), ("--from", args.from_file))
     if args.per_table < 2 or args.max_rows < 2:
         raise ValueError("--per-table and --max-rows must be at least 2")
     counts = write_lookup_statements(args.tables, args.from_file, args.out, args.per_table, args.seed, args.max_rows,
