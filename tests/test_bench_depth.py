@@ -63,3 +63,25 @@ def test_a_diverged_cell_is_a_row_without_metrics_not_a_crash():
     table = depth_table({"rows": [row, sane]})
     assert "| toy | 2 | default |" in table and table.splitlines()[-1].endswith("| 2 | 1 |")  # 2 seeds, 1 diverged
     json.loads(json.dumps({"rows": [row], "curves": {"x": losses}}, allow_nan=False))
+
+
+def test_hdfs_blocks_are_a_depth_task_with_one_kr_per_block(tmp_path):
+    """``hdfs``: real HDFS blocks, split by content (no test block's event sequence in train),
+    one key (``event``) per block, scored by F1 of the anomaly class; a cell trains on its KRs."""
+    import numpy as np
+
+    from training.bench.depth import DepthBenchSettings, task_krs, train_cell
+
+    data = require(DATA / "hdfs_deeplog").parent
+    s = DepthBenchSettings(data_dir=str(data), tasks=("hdfs",), hdfs_lines=60, steps=6, warmup=2, batch_size=8)
+    t = task_krs("hdfs", s, tmp_path, progress=False)
+    assert t.metric == "f1" and t.class_names == ["Normal", "Anomaly"]
+    assert len(t.data.keys) == len(t.y) and set(t.data.keys) == {"event"}  # one KR per block
+    assert set(np.unique(t.y)) == {0, 1} and all(len(t.splits[p]) for p in ("train", "dev", "test"))
+    windows = {}
+    for w, row in zip(t.data.windows, t.data.window_key):  # key row = block: its S(k), in windows
+        windows.setdefault(int(row), []).append(tuple(w))
+    content = [tuple(windows[i]) for i in range(len(t.y))]
+    assert not {content[i] for i in t.splits["train"]} & {content[i] for i in t.splits["test"]}
+    row, losses = train_cell(t, 2, "dt_fixup", 0, s)
+    assert row["task"] == "hdfs" and row["diverged"] is False and 0 <= row["metric"] <= 1 and len(losses) == 6

@@ -154,7 +154,8 @@ def cmd_bench_depth(args) -> int:
                                   depths=tuple(_int_list(args.depths, "--depths")),
                                   seeds=tuple(_int_list(args.seeds, "--seeds", minimum=0)), steps=args.steps,
                                   lr=args.lr, warmup=args.warmup, batch_size=args.batch_size,
-                                  tabfact_tables=args.tabfact_tables, bgl_lines=args.bgl_lines)
+                                  tabfact_tables=args.tabfact_tables, bgl_lines=args.bgl_lines,
+                                  hdfs_lines=args.hdfs_lines)
     out = Path(args.json)
     workdir = Path(args.workdir or out.with_suffix("")).resolve()
     result = bench_depth(settings, workdir, progress=not args.no_progress)
@@ -326,9 +327,9 @@ def add_bench_parser(sub) -> None:
                          "TVM on TabFact and BGL: test metric and final train loss per cell, learning curves")
     bd.add_argument("--json", required=True, help="output JSON (a .md table and a -curves.png plot go beside it)")
     bd.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"),
-                    help="the shared data (tabfact/, loghub/)")
-    bd.add_argument("--tasks", default="tabfact,bgl",
-                    help="tabfact, bgl (../shared/data), level (synthetic: the 16-layer test's tiny task)")
+                    help="the shared data (tabfact/, loghub/, hdfs_deeplog/)")
+    bd.add_argument("--tasks", default="tabfact,bgl,hdfs",
+                    help="tabfact, bgl, hdfs (../shared/data), level (synthetic: the 16-layer test's tiny task)")
     bd.add_argument("--depths", default="2,4,8,16", metavar="N1,N2,...")
     bd.add_argument("--inits", default="default_warmup,default,dt_fixup")
     bd.add_argument("--seeds", default="0,1,2", metavar="S1,S2,...")
@@ -338,6 +339,8 @@ def add_bench_parser(sub) -> None:
     bd.add_argument("--batch-size", type=positive_int, default=32)
     bd.add_argument("--tabfact-tables", type=positive_int, default=None, help="a seeded sample of TabFact's tables")
     bd.add_argument("--bgl-lines", type=positive_int, default=200_000, help="BGL log lines read")
+    bd.add_argument("--hdfs-lines", type=positive_int, default=None,
+                    help="lines kept of each HDFS file (default: all)")
     bd.add_argument("--workdir", default=None, help="data, MLflow store (default: beside --json)")
     bd.add_argument("--no-progress", action="store_true")
     bd.set_defaults(func=cmd_bench_depth)

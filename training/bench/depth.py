@@ -13,9 +13,11 @@ task's test split. ``init``:
   measured on the training sequences), without warm-up.
 
 Tasks (``../shared/data``): ``tabfact`` (statements joined to their tables, the table task of
-``seqenc bench tables``; split by table; metric accuracy) and ``bgl`` (BGL log windows,
-training.bench.data; stratified split; metric F1 of the anomaly class at the dev-fitted
-threshold); ``level`` (synthetic, seeded, no shared data: :func:`level_task`, the tiny task of
+``seqenc bench tables``; split by table; metric accuracy), ``bgl`` (BGL log windows,
+training.bench.data; stratified split) and ``hdfs`` (HDFS blocks, training.bench.hdfs; the
+``by_content`` split, seed 0: no test block's event sequence occurs in training; one key per
+block, ``event``, so the KA reads a single KR and is a deep network over it); bgl and hdfs are
+scored by F1 of the anomaly class at the dev-fitted threshold; ``level`` (synthetic, seeded, no shared data: :func:`level_task`, the tiny task of
 the 16-layer test in tests/test_fixup_depth.py; first 160 sequences train, 40 dev, 40 test).
 Choices: the KA has no heads shared with the frozen TVM (sharing would train the
 TVM's heads); the same learning rate for every cell (``lr``, large enough that warm-up matters;
@@ -40,7 +42,8 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-TASKS = ("tabfact", "bgl")  # the default: the real small tasks
+TASKS = ("tabfact", "bgl", "hdfs")  # the default: the real small tasks
+LOG_TASKS = ("bgl", "hdfs")  # training.bench.data datasets, scored by F1
 KNOWN_TASKS = (*TASKS, "level")
 INITS = ("default_warmup", "default", "dt_fixup")
 DEPTHS = (2, 4, 8, 16)
@@ -59,6 +62,7 @@ class DepthBenchSettings:
     batch_size: int = 32
     tabfact_tables: int | None = None  # a seeded sample of TabFact's tables (None: all 1,696)
     bgl_lines: int | None = 200_000  # BGL log lines read
+    hdfs_lines: int | None = None  # lines kept of each HDFS file (None: all 21,693 blocks)
     max_len: int = 128  # TVM window, tokens
 
 
@@ -96,7 +100,7 @@ def level_task(n: int = 240, seed: int = 0):
 
 def _task_objects(task: str, s: DepthBenchSettings, work: Path):
     """(objects, labels {id: name}, split {id: split}, exclude_keys, class names) of a task from
-    the shared data (or generated: ``level``); class names are (negative, positive) for bgl and level."""
+    the shared data (or generated: ``level``); class names are (negative, positive) for bgl, hdfs and level."""
     import polars as pl
 
     from parsers import storage
@@ -123,7 +127,7 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
         groups = groups_of(storage.scan_objects(root, tb.STATEMENTS), "table")
         split = dict(zip(ids, grouped_split(ids, groups, seed=0)))
         return objects, dict(zip(labels["sequence_id"], labels["label"])), split, (), sorted(set(labels["label"]))
-    ds = load_dataset("bgl", s.data_dir, work, seed=0, limit=s.bgl_lines)
+    ds = load_dataset(task, s.data_dir, work, seed=0, limit=s.bgl_lines if task == "bgl" else s.hdfs_lines)
     labels = dict(zip(ds.labels["sequence_id"].to_list(), ds.labels["label"].to_list()))
     split = dict(zip(ds.split["sequence_id"].to_list(), ds.split["split"].to_list()))
     return (ds.objects.filter(pl.col("sequence_id").is_in(list(split))), labels, split, ds.exclude_keys,
