@@ -12,6 +12,8 @@ from shared_data import DATA, require
 
 from parsers import storage
 from training.cli import main
+from training.pipeline import SCRATCH_TABLE_TRAIN
+from training.trainer import TrainConfig
 
 N_TABLES = 24
 
@@ -85,6 +87,9 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pre
     assert "label" not in objects["key"].to_list()
     meta = json.loads((work / "models" / "verify" / "bundle" / "metadata.json").read_text())
     assert meta["table_source"] == "tables" and meta["mode"] == mode
+    trained = json.loads((work / "plots" / "verify" / "train_config.json").read_text())["train"]
+    if mode == "table":  # a scratch table encoder at its own rate, a MiniLM-initialised one at fine-tuning's
+        assert trained["lr_task"] == (TrainConfig.lr_task if pretrained else SCRATCH_TABLE_TRAIN["lr_task"])
     if pretrained:  # the new layers were scaled by the input norm measured before the first step
         weights = load_file(str(next((work / "models" / "verify" / "bundle").rglob("model.safetensors"))))
         assert float(weights["fixup_mu"]) > 0 and "new_layers.1.ffn_out.weight" in weights

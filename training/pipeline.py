@@ -69,6 +69,11 @@ log = logging.getLogger(__name__)
 # the step counts. Choice: smaller learning rates (the paper's grid holds 1e-4 .. 5e-6), and the
 # KA starts from the checkpoint's layers too (into_ka).
 PRETRAINED_TRAIN = {"lr_tvm": 5e-5, "lr_ka": 1e-4}
+# A table encoder trained from scratch (mode "table", no pre-trained init): TrainConfig's lr_task,
+# 1e-4, is a fine-tuning rate -- right for the MiniLM-initialised encoders, but a scratch dense or
+# MAFiD encoder did not learn even a planted cue at it. Chosen on the dev split of that control
+# task (docs/tables.md, "Learning rate of the scratch table encoders"); a given lr_task still wins.
+SCRATCH_TABLE_TRAIN = {"lr_task": 1e-3}
 # TVMKAConfig fields a pre-trained checkpoint fixes (seqenc.pretrained.config_from_bert); other
 # model overrides (tvm_positions, surprise_scoring, dropout, ...) apply to it as to a fresh model
 CHECKPOINT_FIELDS = {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "hidden_act", "max_positions",
@@ -230,7 +235,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
             "value_repeats": tok.value_repeats, "value_end": tok.value_end,
             **({"n_items": len(classes)} if spec.kind == "next_item" else {"n_classes": len(classes)})}
     model_overrides = task_model_settings(spec.kind, model_overrides, end_to_end=mode in END_TO_END)
-    train = {**sz["train"], **(PRETRAINED_TRAIN if pretrained else {}), "seed": seed, "mode": mode, **train_overrides}
+    init_train = PRETRAINED_TRAIN if pretrained else SCRATCH_TABLE_TRAIN if mode == "table" else {}
+    train = {**sz["train"], **init_train, "seed": seed, "mode": mode, **train_overrides}
     if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
     if pretrained and mode in ("joint", "record_view"):
