@@ -63,3 +63,21 @@ def test_mafid_ablations_on_lookup_statements(tmp_path):
     for variant, (ema, gate) in expected.items():
         config = json.loads((tmp_path / "ablations" / variant / "models" / "verify" / "bundle" / "config.json").read_text())
         assert config["table_attention"] == "mafid" and (config["mafid_ema"], config["mafid_gate"]) == (ema, gate)
+
+
+def test_a_table_variant_from_minilm(tmp_path):
+    """``<variant>_minilm``: the same table model initialised from the offline MiniLM (its width,
+    layers and WordPiece vocabulary), trained at the fine-tuning rate; here MAFiD's no-EMA ablation."""
+    src = require(DATA / "tabfact")
+    out = tmp_path / "minilm.json"
+    assert main(["bench", "tables", "--tables", str(src / "tables"), "--train", str(src / "val.jsonl"),
+                 "--json", str(out), "--size", "tiny", "--max-tables", "4", "--variants", "mafid_no_ema_minilm",
+                 "--no-scaling", "--no-progress", "--config",
+                 json.dumps({"train": {"task_steps": 2, "batch_size": 2}, "model": {"max_table_tokens": 96}})]) == 0
+    r = json.loads(out.read_text())
+    assert 0 <= r["accuracy"]["mafid_no_ema_minilm"]["accuracy"] <= 1
+    run = tmp_path / "minilm" / "mafid_no_ema_minilm"
+    config = json.loads((run / "models" / "verify" / "bundle" / "config.json").read_text())
+    assert (config["table_attention"], config["mafid_ema"], config["d_model"], config["n_layers"]) == ("mafid", "none", 384, 6)
+    trained = json.loads((run / "plots" / "verify" / "train_config.json").read_text())["train"]
+    assert trained["lr_task"] == 1e-4  # the fine-tuning rate, not the scratch table encoders' 1e-3

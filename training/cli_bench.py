@@ -354,7 +354,8 @@ def add_bench_parser(sub) -> None:
                     "test split, by table)")
     bt.add_argument("--json", required=True, help="output JSON (a .md table and .png plots go beside it)")
     bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")),
-                    help="comma-separated; also MAFiD's ablations mafid_no_ema, mafid_full_ema, mafid_no_gate")
+                    help="comma-separated; also MAFiD's ablations mafid_no_ema, mafid_full_ema, mafid_no_gate; "
+                    "any table variant + _minilm (e.g. mafid_minilm): initialised from MiniLM")
     bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}, "variants": '
                     '{"tvmka_minilm": {"train": {...}}}} (JSON or a file)')

@@ -13,7 +13,10 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   (seqenc.table_model) with that ``table_attention``, from scratch; ``mafid``: the MAFiD-style
   model of the same mode (seqenc.mafid: rows encoded apart, single-row attention, low-dim EMA
   across rows, gated fusion), from scratch; ``mafid_no_ema``, ``mafid_full_ema``,
-  ``mafid_no_gate``: its ablations (MAFID_ABLATIONS), on request;
+  ``mafid_no_gate``: its ablations (MAFID_ABLATIONS), on request; each of these with the suffix
+  ``_minilm`` (``dense_minilm``, ``mafid_no_ema_minilm``, ...): the same model initialised from
+  the offline MiniLM (seqenc.pretrained.load_bert_table_encoder: embeddings and BERT layers; what
+  BERT has no counterpart for keeps its own init), trained at the fine-tuning rate, on request;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
 * baselines: ``majority`` (the train split's most frequent label) and ``bow_lr`` (a logistic
@@ -52,7 +55,10 @@ log = logging.getLogger(__name__)
 # rows, with a full-dimensional EMA, or with the fusion's tanh gates removed
 MAFID_ABLATIONS = {"mafid_no_ema": {"mafid_ema": "none"}, "mafid_full_ema": {"mafid_ema": "full"},
                    "mafid_no_gate": {"mafid_gate": False}}
-VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid", *MAFID_ABLATIONS)
+TABLE_VARIANTS = ("dense", "mate", "tableformer", "mafid", *MAFID_ABLATIONS)  # training mode "table"
+MINILM = "_minilm"  # a variant name + this suffix: the same model initialised from the offline MiniLM
+VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid", *MAFID_ABLATIONS,
+            *(v + MINILM for v in TABLE_VARIANTS))
 BASELINES = ("majority", "bow_lr")
 TABLES, STATEMENTS, TEST_STATEMENTS, TASK = "tables", "statements", "test_statements", "verify"
 # the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
@@ -184,11 +190,12 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     """Train one variant; returns (its bundle, its training result)."""
     from training.pipeline import stage_sequences, stage_train
 
-    mode = "interleaved" if variant.startswith("tvmka") else "table"
-    pretrained = "minilm" if variant == "tvmka_minilm" else None
+    base = variant.removesuffix(MINILM)
+    pretrained = "minilm" if variant.endswith(MINILM) else None
+    mode = "interleaved" if base == "tvmka" else "table"
     own = s.config.get("variants", {}).get(variant, {})  # this variant's overrides win
-    ablation = MAFID_ABLATIONS.get(variant, {})
-    attention = {"table_attention": "mafid" if ablation else variant}
+    ablation = MAFID_ABLATIONS.get(base, {})
+    attention = {"table_attention": "mafid" if ablation else base}
     model = {**(TABLE_MODEL | attention | ablation if mode == "table" else {}), **s.config.get("model", {}),
              **own.get("model", {})}
     train = {**s.config.get("train", {}), **own.get("train", {})} or None
