@@ -129,13 +129,18 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
 
     def batch_inputs(self, data, index, tok: ValueTokenizer) -> tuple[torch.Tensor, ...]:
         """``forward``'s inputs for the examples ``index`` of ``data`` (seqenc.table_model.TableExamples)."""
-        blocks = [row_blocks(tok, *data.tables[int(i)], self.config) for i in index]
-        R = max(len(b) for b in blocks)
-        Lr = max(len(ids) for b in blocks for ids, _ in b)
-        ids = torch.full((len(blocks), R, Lr), tok.pad_id, dtype=torch.long)
-        types = torch.zeros_like(ids)
-        for b, rows in enumerate(blocks):
-            for r, (row_ids, row_types) in enumerate(rows):
-                ids[b, r, :len(row_ids)] = torch.tensor(row_ids)
-                types[b, r, :len(row_types)] = torch.tensor(row_types)
-        return ids, types, ids != tok.pad_id
+        return pad_row_blocks([row_blocks(tok, *data.tables[int(i)], self.config) for i in index], tok.pad_id)
+
+
+def pad_row_blocks(blocks: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Examples' row blocks (:func:`row_blocks`) -> ``forward``'s (input_ids, token_type_ids,
+    attention_mask), each [B, R, Lr]: padded to the batch's most rows R and longest block Lr."""
+    R = max(len(b) for b in blocks)
+    Lr = max(len(ids) for b in blocks for ids, _ in b)
+    ids = torch.full((len(blocks), R, Lr), pad_id, dtype=torch.long)
+    types = torch.zeros_like(ids)
+    for b, rows in enumerate(blocks):
+        for r, (row_ids, row_types) in enumerate(rows):
+            ids[b, r, :len(row_ids)] = torch.tensor(row_ids)
+            types[b, r, :len(row_types)] = torch.tensor(row_types)
+    return ids, types, ids != pad_id

@@ -19,7 +19,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from seqenc.config import TVMKAConfig  # noqa: E402
-from seqenc.mafid import row_blocks  # noqa: E402
+from seqenc.mafid import pad_row_blocks, row_blocks  # noqa: E402
 from seqenc.pretrained import load_bert_table_encoder  # noqa: E402
 from seqenc.table_model import table_encoder  # noqa: E402
 from seqenc.tokenizer import ValueTokenizer  # noqa: E402
@@ -44,19 +44,10 @@ cache = {}
 
 
 def inputs(index):
-    blocks = []
-    for i in index:
+    for i in index:  # each example's row blocks once (an epoch revisits them)
         if i not in cache:
             cache[i] = row_blocks(tok, *d["tables"][i], cfg)
-        blocks.append(cache[i])
-    R, L = max(len(b) for b in blocks), max(len(ids) for b in blocks for ids, _ in b)
-    ids = torch.full((len(blocks), R, L), tok.pad_id, dtype=torch.long)
-    types_ = torch.zeros_like(ids)
-    for b, rows in enumerate(blocks):
-        for r, (row_ids, row_types) in enumerate(rows):
-            ids[b, r, :len(row_ids)] = torch.tensor(row_ids)
-            types_[b, r, :len(row_types)] = torch.tensor(row_types)
-    return ids.to(device), types_.to(device), (ids != tok.pad_id).to(device)
+    return tuple(t.to(device) for t in pad_row_blocks([cache[i] for i in index], tok.pad_id))
 
 
 def accuracy(part):
