@@ -324,7 +324,7 @@ def add_bench_parser(sub) -> None:
     bq.add_argument("--no-progress", action="store_true")
     bq.set_defaults(func=cmd_bench_sequences)
     bd = bsub.add_parser("depth", help="KA depth x init (default + warm-up, default, DT-Fixup) over a frozen MiniLM "
-                         "TVM on TabFact and BGL: test metric and final train loss per cell, learning curves")
+                         "TVM on TabFact, BGL and HDFS: test metric and final train loss per cell, learning curves")
     bd.add_argument("--json", required=True, help="output JSON (a .md table and a -curves.png plot go beside it)")
     bd.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "data"),
                     help="the shared data (tabfact/, loghub/, hdfs_deeplog/)")

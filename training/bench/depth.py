@@ -17,8 +17,9 @@ Tasks (``../shared/data``): ``tabfact`` (statements joined to their tables, the 
 training.bench.data; stratified split) and ``hdfs`` (HDFS blocks, training.bench.hdfs; the
 ``by_content`` split, seed 0: no test block's event sequence occurs in training; one key per
 block, ``event``, so the KA reads a single KR and is a deep network over it); bgl and hdfs are
-scored by F1 of the anomaly class at the dev-fitted threshold; ``level`` (synthetic, seeded, no shared data: :func:`level_task`, the tiny task of
-the 16-layer test in tests/test_fixup_depth.py; first 160 sequences train, 40 dev, 40 test).
+scored by F1 of the anomaly class at the dev-fitted threshold; ``level`` (synthetic, seeded, no
+shared data: :func:`level_task`, the tiny task of the 16-layer test in tests/test_fixup_depth.py;
+first 160 sequences train, 40 dev, 40 test).
 Choices: the KA has no heads shared with the frozen TVM (sharing would train the
 TVM's heads); the same learning rate for every cell (``lr``, large enough that warm-up matters;
 chosen before any test figure was seen; each row also carries ``dev_metric`` and ``dev_loss``,
@@ -43,7 +44,6 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 TASKS = ("tabfact", "bgl", "hdfs")  # the default: the real small tasks
-LOG_TASKS = ("bgl", "hdfs")  # training.bench.data datasets, scored by F1
 KNOWN_TASKS = (*TASKS, "level")
 INITS = ("default_warmup", "default", "dt_fixup")
 DEPTHS = (2, 4, 8, 16)
