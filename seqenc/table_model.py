@@ -101,7 +101,10 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
             raise ValueError("table_attention='mafid' is seqenc.mafid.MafidTableEncoder: build it with table_encoder()")
         if config.max_positions < max(config.max_text_tokens + 2, config.max_cell_tokens):
             raise ValueError(f"max_positions={config.max_positions} must cover a cell ({config.max_cell_tokens} "
-                             f"tokens) and the text ([CLS] + {config.max_text_tokens} + [SEP]): positions are per cell")
+                             f"tokens) and the text ([CLS] + {config.max_text_tokens} + [SEP]): positions are per cell; "
+                             f"give {{\"model\": {{\"max_positions\": "
+                             f"{max(config.max_text_tokens + 2, config.max_cell_tokens)}}}}} (or a smaller "
+                             f"max_text_tokens) in --config")
         self.n_row_heads = config.mate_row_heads if config.mate_row_heads is not None else config.n_heads // 2
         self.embeddings = TableEmbeddings(config)
         self.layers = nn.ModuleList(Layer(config, None, 0.0) for _ in range(config.n_layers))
