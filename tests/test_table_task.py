@@ -70,9 +70,9 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pre
             "model": {"table_attention": attention, "max_table_tokens": 128, "table_new_layers": 2,
                       "table_init": "dt_fixup"},
             "train": {"task_steps": 4, "batch_size": 4}})]  # a path check: MiniLM steps are slow on CPU
-    elif attention:
-        args += ["--config", json.dumps({"model": {"table_attention": attention, "max_positions": 80,
-                                                   "max_table_tokens": 256}})]
+    elif attention:  # mate at the size's window: tiny's 64 positions grow to the text's 66 (a cell's positions)
+        window = {"max_positions": 80} if attention == "tableformer" else {}
+        args += ["--config", json.dumps({"model": {"table_attention": attention, "max_table_tokens": 256, **window}})]
     capsys.readouterr()
     assert main(args) == 0
     out = capsys.readouterr().out
@@ -87,9 +87,11 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pre
     assert "label" not in objects["key"].to_list()
     meta = json.loads((work / "models" / "verify" / "bundle" / "metadata.json").read_text())
     assert meta["table_source"] == "tables" and meta["mode"] == mode
-    trained = json.loads((work / "plots" / "verify" / "train_config.json").read_text())["train"]
+    trained = json.loads((work / "plots" / "verify" / "train_config.json").read_text())
     if mode == "table":  # a scratch table encoder at its own rate, a MiniLM-initialised one at fine-tuning's
-        assert trained["lr_task"] == (TrainConfig.lr_task if pretrained else SCRATCH_TABLE_TRAIN["lr_task"])
+        assert trained["train"]["lr_task"] == (TrainConfig.lr_task if pretrained else SCRATCH_TABLE_TRAIN["lr_task"])
+        positions = {"mate": 64 + 2, "tableformer": 80, "dense": 512}[attention]  # grown, given, MiniLM's
+        assert trained["model"]["max_positions"] == positions
     if pretrained:  # the new layers were scaled by the input norm measured before the first step
         weights = load_file(str(next((work / "models" / "verify" / "bundle").rglob("model.safetensors"))))
         assert float(weights["fixup_mu"]) > 0 and "new_layers.1.ffn_out.weight" in weights

@@ -18,7 +18,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import mlflow
@@ -252,7 +252,12 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         window = {} if mode == "table" else {"max_positions": sz["model"]["max_positions"]}
         model = tvmka_from_bert(pretrained, into_ka=into_ka, **{**window, **model_overrides, **depth, **task})
     else:
-        model = TVMKA(TVMKAConfig(**{**sz["model"], **model_overrides, **task}))
+        config = TVMKAConfig(**{**sz["model"], **model_overrides, **task})
+        if mode == "table" and "max_positions" not in model_overrides:  # positions are per cell: the
+            # text ([CLS] text [SEP]) is the longest cell, so a size's window must not be shorter
+            config = replace(config, max_positions=max(config.max_positions, config.max_text_tokens + 2,
+                                                       config.max_cell_tokens))
+        model = TVMKA(config)
     train_cfg = TrainConfig(**train)
     rank, _ = data_parallel(train_cfg.deepspeed)  # only rank 0 logs and saves (training.engines)
     job = job_dir(workdir, task_name)
