@@ -5,6 +5,7 @@ import json
 
 from shared_data import DATA, require
 
+from training.bench.tables import overlap_features, perturb_table
 from training.cli import main
 
 
@@ -17,11 +18,12 @@ def test_bench_tables_writes_the_contract(tmp_path):
                  "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
     r = json.loads(out.read_text())
     # every variant trains and scores through the CLI in tests/test_table_task.py (TVM-KA too); here two + baselines
-    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr"}
+    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr", "overlap_lr"}
     for name, a in r["accuracy"].items():
         assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
         assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1 and 0.5 <= a["top_prediction_share"] <= 1
     assert r["accuracy"]["tableformer"]["variation"] == 0.0  # exactly invariant, through ingest and scoring
+    assert r["accuracy"]["overlap_lr"]["variation"] == 0.0  # its features ignore row and column order
     assert r["accuracy"]["majority"]["top_prediction_share"] == 1.0
     assert r["accuracy"]["tableformer"]["accuracy"] == r["accuracy"]["tableformer"]["perturbed_accuracy"]
     rows = {(x["variant"], x["tokens"]) for x in r["scaling"]}
@@ -58,7 +60,8 @@ def test_mafid_ablations_on_lookup_statements(tmp_path):
                  "--size", "tiny", "--max-tables", "8", "--variants", "mafid_no_ema,mafid_full_ema,mafid_no_gate",
                  "--no-scaling", "--no-progress"]) == 0
     r = json.loads(out.read_text())
-    assert set(r["accuracy"]) == {"mafid_no_ema", "mafid_full_ema", "mafid_no_gate", "majority", "bow_lr"}
+    assert set(r["accuracy"]) == {"mafid_no_ema", "mafid_full_ema", "mafid_no_gate", "majority", "bow_lr",
+                                  "overlap_lr"}
     expected = {"mafid_no_ema": ("none", True), "mafid_full_ema": ("full", True), "mafid_no_gate": ("lowdim", False)}
     for variant, (ema, gate) in expected.items():
         config = json.loads((tmp_path / "ablations" / variant / "models" / "verify" / "bundle" / "config.json").read_text())
@@ -81,3 +84,14 @@ def test_a_table_variant_from_minilm(tmp_path):
     assert (config["table_attention"], config["mafid_ema"], config["d_model"], config["n_layers"]) == ("mafid", "none", 384, 6)
     trained = json.loads((run / "plots" / "verify" / "train_config.json").read_text())["train"]
     assert trained["lr_task"] == 1e-4  # the fine-tuning rate, not the scratch table encoders' 1e-3
+
+
+def test_overlap_features_count_the_statement_words_a_row_and_the_table_hold():
+    table = "player#country#goals\nann lee#usa#3\nbob ray#peru#5\n"
+    # 7 distinct words: the row of ann lee holds ann, lee, usa; the row of bob ray holds 5; goals is a header word
+    best, second, anywhere, header, length = overlap_features("ann lee of USA scored goals 5", table)
+    assert (best, second, anywhere, header) == (3 / 7, 1 / 7, 5 / 7, 1 / 7)
+    assert length > 0
+    assert overlap_features("ann lee of usa scored goals 5", perturb_table(table, 3)) == \
+        overlap_features("ann lee of usa scored goals 5", table)  # no order of rows or columns matters
+    assert overlap_features("nothing here", "a#b\n")[:4] == [0.0, 0.0, 0.0, 0.0]  # a table without rows

@@ -346,7 +346,7 @@ def add_bench_parser(sub) -> None:
     bd.set_defaults(func=cmd_bench_depth)
 
     bt = bsub.add_parser("tables", help="table-text verification in TabFact's layout: dense, MATE, TableFormer and "
-                         "TVM-KA (scratch, MiniLM) next to majority and bag-of-words baselines, accuracy under row / "
+                         "TVM-KA (scratch, MiniLM) next to majority, bag-of-words and word-overlap baselines, accuracy under row / "
                          "column shuffles, and forward+backward time and memory from 512 to 8192 tokens")
     bt.add_argument("--tables", required=True, help="folder of #-separated tables (header first)")
     bt.add_argument("--train", required=True, help="JSON Lines statements: table, statement, label")

@@ -19,8 +19,11 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   BERT has no counterpart for keeps its own init), trained at the fine-tuning rate, on request;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
-* baselines: ``majority`` (the train split's most frequent label) and ``bow_lr`` (a logistic
-  regression on the statement's TF-IDF words and word pairs; it never sees the table).
+* baselines: ``majority`` (the train split's most frequent label), ``bow_lr`` (a logistic
+  regression on the statement's TF-IDF words and word pairs; it never sees the table) and
+  ``overlap_lr`` (a logistic regression on how many of the statement's words its table holds:
+  :func:`overlap_features`; it reads the table, but only as bags of words per row -- the floor a
+  table model has to pass to show it reads more than word matches).
 
 The split is by table (the task's ``grouped`` split, seeded: no test table was seen in
 training). Without ``--test`` the train file's test split is the test set; with it, the test
@@ -43,7 +46,9 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
+import re
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -59,7 +64,8 @@ TABLE_VARIANTS = ("dense", "mate", "tableformer", "mafid", *MAFID_ABLATIONS)  # 
 MINILM = "_minilm"  # a variant name + this suffix: the same model initialised from the offline MiniLM
 VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid", *MAFID_ABLATIONS,
             *(v + MINILM for v in TABLE_VARIANTS))
-BASELINES = ("majority", "bow_lr")
+BASELINES = ("majority", "bow_lr", "overlap_lr")
+WORD = re.compile(r"\w+")  # overlap_lr's words
 TABLES, STATEMENTS, TEST_STATEMENTS, TASK = "tables", "statements", "test_statements", "verify"
 # the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
@@ -222,20 +228,39 @@ def _trained(work: Path, variant: str) -> tuple[Path, dict] | None:
     return bundle, {"run_id": run_id, "metrics": json.loads(metrics.read_text()), "reused": True}
 
 
-def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labels: dict[str, str]) -> dict:
-    """``majority`` and ``bow_lr`` (module docstring) on the same split."""
+def overlap_features(statement: str, table: str) -> list[float]:
+    """``overlap_lr``'s features of a statement and its ``#``-separated table (header first): the
+    shares of the statement's distinct words (lower-cased ``\\w+``) found in the best and the
+    second-best data row, in the whole table and in the header, and log(1 + the word count). None
+    depends on the order of rows or columns."""
+    words = set(WORD.findall(statement.lower()))
+    rows = [set(WORD.findall(line.replace("#", " ").lower())) for line in table.splitlines() if line.strip()]
+    n = max(len(words), 1)
+    header, body = (rows[0], rows[1:]) if rows else (set(), [])
+    best = sorted((len(words & row) / n for row in body), reverse=True) + [0.0, 0.0]
+    return [best[0], best[1], len(words & set().union(*rows)) / n, len(words & header) / n, math.log1p(len(words))]
+
+
+def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labels: dict[str, str],
+              tables: Path) -> dict:
+    """``majority``, ``bow_lr`` and ``overlap_lr`` (module docstring) on the same split; ``overlap_lr``
+    reads each statement's table from ``tables`` and, for ``perturbed_accuracy``, its shuffled copy."""
     import numpy as np
     import polars as pl
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     from parsers import storage
 
     source = STATEMENTS if test_ids is not None else TEST_STATEMENTS
-    text_of = {}
+    text_of, table_of = {}, {}
     for src in {STATEMENTS, source}:
-        frame = storage.read_objects(work / "data", src).filter(pl.col("key") == "statement")
-        text_of.update(zip(frame["sequence_id"].to_list(), frame["value"].to_list()))
+        frame = storage.read_objects(work / "data", src)
+        for key, into in (("statement", text_of), ("table", table_of)):
+            part = frame.filter(pl.col("key") == key)
+            into.update(zip(part["sequence_id"].to_list(), part["value"].to_list()))
     test = test_ids if test_ids is not None else sorted(i for i in _labels(work / "data", TEST_STATEMENTS))
     test_labels = labels if test_ids is not None else _labels(work / "data", TEST_STATEMENTS)
     y_train = [labels[i] for i in train_ids]
@@ -244,11 +269,20 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labe
     vec = TfidfVectorizer(ngram_range=(1, 2), min_df=2)
     lr = LogisticRegression(max_iter=2000, C=1.0).fit(vec.fit_transform([text_of[i] for i in train_ids]), y_train)
     predicted = lr.predict(vec.transform([text_of[i] for i in test]))
+
+    def overlap(ids: list[str], folder: Path) -> np.ndarray:
+        return np.array([overlap_features(text_of[i], (folder / table_of[i]).read_text()) for i in ids])
+
+    scaled = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(overlap(train_ids, tables), y_train)
+    read = {"overlap_lr": (list(scaled.predict(overlap(test, tables))),
+                           list(scaled.predict(overlap(test, work / "perturbed_tables"))))}
     out = {}
-    for name, pred in (("majority", [majority] * len(test)), ("bow_lr", list(predicted))):
-        acc = float(np.mean([p == test_labels[i] for p, i in zip(pred, test)]))
-        out[name] = {"accuracy": acc, "perturbed_accuracy": acc, "variation": 0.0, "test_statements": len(test),
-                     "top_prediction_share": max(Counter(pred).values()) / len(test)}
+    for name, (pred, shuffled) in {"majority": ([majority] * len(test),) * 2, "bow_lr": (list(predicted),) * 2,
+                                   **read}.items():
+        out[name] = {"accuracy": float(np.mean([p == test_labels[i] for p, i in zip(pred, test)])),
+                     "perturbed_accuracy": float(np.mean([p == test_labels[i] for p, i in zip(shuffled, test)])),
+                     "variation": float(np.mean([a != b for a, b in zip(pred, shuffled)])),
+                     "test_statements": len(test), "top_prediction_share": max(Counter(pred).values()) / len(test)}
     return out
 
 
@@ -276,7 +310,7 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
                          "dev": result["metrics"]["dev"], "reused": result.get("reused", False)}
         log.info("bench tables %s: %s", variant, accuracy[variant])
     train_ids = split.filter(pl.col("split") == "train")["sequence_id"].to_list()
-    accuracy.update(baselines(work, train_ids, test_ids, labels))
+    accuracy.update(baselines(work, train_ids, test_ids, labels, Path(s.tables)))
     return {"accuracy": accuracy, "runs": runs, "data": prepared,
             "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")}}
 
