@@ -95,3 +95,12 @@ def test_overlap_features_count_the_statement_words_a_row_and_the_table_hold():
     assert overlap_features("ann lee of usa scored goals 5", perturb_table(table, 3)) == \
         overlap_features("ann lee of usa scored goals 5", table)  # no order of rows or columns matters
     assert overlap_features("nothing here", "a#b\n")[:4] == [0.0, 0.0, 0.0, 0.0]  # a table without rows
+
+
+def test_a_table_name_that_is_not_a_safe_path_is_refused(tmp_path, capsys):
+    statements = tmp_path / "bad.jsonl"
+    statements.write_text(json.dumps({"table": "../../etc/passwd", "statement": "x", "label": 1}) + "\n")
+    assert main(["bench", "tables", "--tables", str(tmp_path), "--train", str(statements), "--json",
+                 str(tmp_path / "out.json"), "--no-scaling", "--size", "tiny", "--variants", "dense",
+                 "--no-progress"]) == 2
+    assert "not a safe name" in capsys.readouterr().err and not (tmp_path / "out.json").exists()

@@ -54,6 +54,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from seqenc.catalog import check_name
+
 log = logging.getLogger(__name__)
 
 # MAFiD's ablations (the paper's Table 4 rows; seqenc.mafid): the same model without the EMA across
@@ -143,6 +145,8 @@ def prepare(s: TablesBenchSettings, work: Path) -> dict:
     test_lines = _statements(Path(s.test), None) if s.test else []
     (work / "train.jsonl").write_text("\n".join(train_lines) + "\n")
     needed = sorted({json.loads(x)["table"] for x in train_lines + test_lines})
+    for name in needed:  # a statement's table name becomes a path under --tables and the workdir
+        check_name(name, "table name")
     catalog = work / "seqenc.toml"
     catalog.write_text(CATALOG.format(tables=TABLES, statements=STATEMENTS, test_statements=TEST_STATEMENTS, task=TASK))
     perturbed_dir = work / "perturbed_tables"
