@@ -5,7 +5,7 @@ import json
 
 from shared_data import DATA, require
 
-from training.bench.tables import overlap_features, perturb_table
+from training.bench.tables import overlap_features, perturb_table, table_words
 from training.cli import main
 
 
@@ -89,12 +89,12 @@ def test_a_table_variant_from_minilm(tmp_path):
 def test_overlap_features_count_the_statement_words_a_row_and_the_table_hold():
     table = "player#country#goals\nann lee#usa#3\nbob ray#peru#5\n"
     # 7 distinct words: the row of ann lee holds ann, lee, usa; the row of bob ray holds 5; goals is a header word
-    best, second, anywhere, header, length = overlap_features("ann lee of USA scored goals 5", table)
+    best, second, anywhere, header, length = overlap_features("ann lee of USA scored goals 5", table_words(table))
     assert (best, second, anywhere, header) == (3 / 7, 1 / 7, 5 / 7, 1 / 7)
     assert length > 0
-    assert overlap_features("ann lee of usa scored goals 5", perturb_table(table, 3)) == \
-        overlap_features("ann lee of usa scored goals 5", table)  # no order of rows or columns matters
-    assert overlap_features("nothing here", "a#b\n")[:4] == [0.0, 0.0, 0.0, 0.0]  # a table without rows
+    assert overlap_features("ann lee of usa scored goals 5", table_words(perturb_table(table, 3))) == \
+        overlap_features("ann lee of usa scored goals 5", table_words(table))  # no order of rows or columns matters
+    assert overlap_features("nothing here", table_words("a#b\n"))[:4] == [0.0, 0.0, 0.0, 0.0]  # a table without rows
 
 
 def test_a_table_name_that_is_not_a_safe_path_is_refused(tmp_path, capsys):

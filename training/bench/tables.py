@@ -44,6 +44,7 @@ backward pass of the table encoders ``dense``, ``mate_mask``, ``mate``, ``tablef
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -232,13 +233,17 @@ def _trained(work: Path, variant: str) -> tuple[Path, dict] | None:
     return bundle, {"run_id": run_id, "metrics": json.loads(metrics.read_text()), "reused": True}
 
 
-def overlap_features(statement: str, table: str) -> list[float]:
-    """``overlap_lr``'s features of a statement and its ``#``-separated table (header first): the
-    shares of the statement's distinct words (lower-cased ``\\w+``) found in the best and the
-    second-best data row, in the whole table and in the header, and log(1 + the word count). None
-    depends on the order of rows or columns."""
+def table_words(table: str) -> list[set[str]]:
+    """A ``#``-separated table's rows (header first), each as its set of lower-cased ``\\w+`` words."""
+    return [set(WORD.findall(line.replace("#", " ").lower())) for line in table.splitlines() if line.strip()]
+
+
+def overlap_features(statement: str, rows: list[set[str]]) -> list[float]:
+    """``overlap_lr``'s features of a statement and its table's rows (:func:`table_words`): the
+    shares of the statement's distinct words found in the best and the second-best data row, in
+    the whole table and in the header, and log(1 + the word count). None depends on the order of
+    rows or columns."""
     words = set(WORD.findall(statement.lower()))
-    rows = [set(WORD.findall(line.replace("#", " ").lower())) for line in table.splitlines() if line.strip()]
     n = max(len(words), 1)
     header, body = (rows[0], rows[1:]) if rows else (set(), [])
     best = sorted((len(words & row) / n for row in body), reverse=True) + [0.0, 0.0]
@@ -274,8 +279,10 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labe
     lr = LogisticRegression(max_iter=2000, C=1.0).fit(vec.fit_transform([text_of[i] for i in train_ids]), y_train)
     predicted = lr.predict(vec.transform([text_of[i] for i in test]))
 
+    rows_of = functools.cache(lambda path: table_words(path.read_text()))  # a table serves many statements
+
     def overlap(ids: list[str], folder: Path) -> np.ndarray:
-        return np.array([overlap_features(text_of[i], (folder / table_of[i]).read_text()) for i in ids])
+        return np.array([overlap_features(text_of[i], rows_of(folder / table_of[i])) for i in ids])
 
     scaled = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(overlap(train_ids, tables), y_train)
     read = {"overlap_lr": (list(scaled.predict(overlap(test, tables))),
