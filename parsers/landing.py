@@ -158,15 +158,16 @@ def interval_days(start: dt.date | dt.datetime | str, end: dt.date | dt.datetime
 def file_kind(path: str | Path, declared: str | None = None) -> str | None:
     """``"labels"``, ``"logs"``, ``"events"``, ``"tables"``, ``"texts"`` or None (not ours:
     ignored). ``declared``: the source's kind in the catalogue; a tables source takes its
-    ``.csv`` / ``.tsv`` / ``.parquet`` files as tables, a texts source its text and JSON Lines
-    files as texts."""
+    ``.csv`` / ``.tsv`` / ``.parquet`` files as tables -- every one, ``labels.csv`` included: a
+    table is never a label file (tables carry no labels; their texts do) -- and a texts source its
+    text and JSON Lines files as texts."""
     name = Path(path).name.lower()
     if name.startswith(".") or name.startswith("_"):
         return None  # hidden files and markers (e.g. _SUCCESS) are not data
-    if "labels" in name and name.endswith(".csv"):
-        return "labels"
     if declared == "tables":
         return "tables" if name.endswith(TABLE_SUFFIXES) else None
+    if "labels" in name and name.endswith(".csv"):
+        return "labels"
     if declared == "texts":
         return "texts" if name.endswith(LOG_SUFFIXES + EVENT_SUFFIXES) else None
     if name.endswith(LOG_SUFFIXES):

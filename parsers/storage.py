@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
+import hashlib
 import logging
 import os
 import re
@@ -111,9 +112,14 @@ def ingest_date_str(ingest_date: str | dt.date | None = None) -> str:
 def part_name(input_path: str | os.PathLike) -> str:
     """``part-<input file name>.parquet``, ``.gz`` dropped: ``events.jsonl.gz`` and
     ``events.jsonl`` share a part (re-ingesting either replaces it); ``x.log`` and ``x.txt`` do
-    not (``part-x.log.parquet``, ``part-x.txt.parquet``)."""
+    not (``part-x.log.parquet``, ``part-x.txt.parquet``). A name with characters outside
+    ``[A-Za-z0-9_.-]`` has them replaced by ``_`` and gets 8 hex digits of its own hash, so two
+    names that differ only there (``q 1.csv``, ``q_1.csv``: two tables) never share a part."""
     name = Path(input_path).name.removesuffix(".gz") or "input"
-    return f"part-{_UNSAFE_NAME.sub('_', name)}.parquet"
+    safe = _UNSAFE_NAME.sub("_", name)
+    if safe != name:
+        safe += "-" + hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=4).hexdigest()
+    return f"part-{safe}.parquet"
 
 
 def _legacy_part_name(input_path: str | os.PathLike) -> str:
@@ -517,6 +523,34 @@ def ingest_dates(root: str | os.PathLike, source: str) -> list[str]:
 def read_labels(root: str | os.PathLike, source: str) -> pl.DataFrame:
     """``sequence_id, label`` of a source (all label files)."""
     return _read_parts(labels_dir(root, source), LABELS_SCHEMA)
+
+
+def unique_labels(root: str | os.PathLike, source: str) -> tuple[pl.DataFrame, dict]:
+    """``sequence_id, label`` of a source, one label per id, and what it took: ``{"label_rows",
+    "conflicts", "conflict_examples"}``. An id labelled by several label parts keeps the label of
+    the part written last (the newest ingest: a corrected label file ingested after the first
+    wins, whatever the files are called); ids whose labels disagree are counted and logged, with
+    up to three examples naming the parts -- never resolved in silence."""
+    folder = labels_dir(root, source)
+    files = sorted(folder.glob("**/part-*.parquet"), key=lambda f: (f.stat().st_mtime_ns, f.name)) \
+        if folder.exists() else []
+    if not files:
+        return pl.from_arrow(LABELS_SCHEMA.empty_table()), {"label_rows": 0, "conflicts": 0, "conflict_examples": []}
+    frames = [pl.from_arrow(pq.read_table(f, schema=LABELS_SCHEMA)).with_columns(pl.lit(i).alias("_part"))
+              for i, f in enumerate(files)]
+    rows = pl.concat(frames)
+    distinct = rows.unique(["sequence_id", "label"])
+    clashing = distinct.group_by("sequence_id").len().filter(pl.col("len") > 1)["sequence_id"]
+    examples = []
+    for sid in clashing.head(3).to_list():
+        seen = rows.filter(pl.col("sequence_id") == sid).sort("_part")
+        examples.append({"sequence_id": sid, "labels": {files[p].name: lab for lab, p in
+                                                        zip(seen["label"].to_list(), seen["_part"].to_list())}})
+    if clashing.len():
+        logger.warning("source %s: %d sequence ids have disagreeing labels in %s; the newest ingest's label is kept "
+                       "(e.g. %s)", source, clashing.len(), folder, examples[0])
+    kept = rows.sort("_part", maintain_order=True).unique("sequence_id", keep="last", maintain_order=True)
+    return kept.drop("_part"), {"label_rows": rows.height, "conflicts": clashing.len(), "conflict_examples": examples}
 
 
 def read_rejects(root: str | os.PathLike, source: str) -> pl.DataFrame:

@@ -26,8 +26,19 @@ unit is one object (``step`` = unit index) with the key ``text_field``; the reco
 scalar fields are one object each at step 0 (e.g. TabFact's ``table`` and ``caption``), so a task
 can keep or leave them out like any key -- but not its id (the sequence id) nor its label
 (``label_field``: written to the labels). ``sequence_id``: the record's ``id_field`` when given,
-else ``<file name>:<line number>``; a plain text file is one sequence named after the file, its
-units the file's non-blank lines (or sentences).
+else ``<file name>@<ingest date>:<line number>`` -- the date, so that a file of the same name
+landed on another day (tomorrow's ``statements.jsonl``) makes new sequences instead of merging
+into today's; a plain text file is one sequence named after the file, its units the file's
+non-blank lines (or sentences). A record's label goes to a labels part of its file *and* ingest
+date (``labels/source=<s>/part-<date>_<file>.parquet``), so a later day's file of the same name
+does not replace today's labels.
+
+**Fields that give the label away.** Every scalar field of a record but the text, the id and the
+label becomes an object, and so model input. A field that tells the label (an ``answer`` beside
+a ``label``) would let a model read its own label. The report's ``label_leaks`` lists every
+field whose value predicts the label in at least ``LEAK_SHARE`` of the labelled records while
+it takes fewer distinct values than half of them (an id-like field fits any label trivially),
+and a warning names them: leave them out with the task's ``exclude_keys`` (docs/tables.md).
 
 Both write ``objects/source=<s>/ingest_date=<d>/part-<file name>.parquet`` atomically, so
 ingesting a file again replaces its part (nothing is appended twice), as the log and event
@@ -42,6 +53,7 @@ import json
 import logging
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import polars as pl
@@ -54,6 +66,7 @@ DELIMITERS = (",", "\t", ";", "|", "#")
 SNIFF_LINES = 20
 MAX_CELL_CHARS = 1 << 20  # the csv module's field limit: a longer cell is a reject
 TEXT_UNITS = ("none", "sentences", "lines")
+LEAK_SHARE = 0.95  # a field predicting the label this often is reported (module docstring)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
 
 
@@ -224,6 +237,24 @@ def _record_objects(record: dict, sequence_id: str, text_field: str, units: str,
     return rows
 
 
+def label_leaks(fields: dict[str, list[tuple[str, str]]], n_labelled: int) -> dict[str, float]:
+    """``{field: share}`` for every field whose value predicts the label (its most frequent label
+    per value) in at least LEAK_SHARE of the ``n_labelled`` records, among fields present in most
+    of them with fewer distinct values than half of them and more than one value."""
+    out = {}
+    for name, pairs in fields.items():
+        values = {v for v, _ in pairs}
+        if len(pairs) < max(2, n_labelled // 2) or not 1 < len(values) < len(pairs) / 2:
+            continue
+        by_value: dict[str, Counter] = {}
+        for value, label in pairs:
+            by_value.setdefault(value, Counter())[label] += 1
+        share = sum(c.most_common(1)[0][1] for c in by_value.values()) / len(pairs)
+        if share >= LEAK_SHARE:
+            out[name] = round(share, 4)
+    return out
+
+
 def ingest_text(path, root, source: str = "texts", ingest_date=None, text_field: str = "text",
                 id_field: str | None = None, units: str = "none", label_field: str | None = None,
                 max_reject_share: float | None = None) -> dict:
@@ -242,6 +273,8 @@ def ingest_text(path, root, source: str = "texts", ingest_date=None, text_field:
     labels: list[tuple[str, str]] = []
     seen: set[str] = set()
     parsed = 0
+    day = storage.ingest_date_str(ingest_date)
+    fields: dict[str, list[tuple[str, str]]] = {}  # field -> (value, label) of labelled records
     json_lines = path.name.removesuffix(".gz").endswith((".jsonl", ".json", ".ndjson"))
     if json_lines:
         for line_no, text in reader:
@@ -249,7 +282,7 @@ def ingest_text(path, root, source: str = "texts", ingest_date=None, text_field:
                 record = json.loads(text)
                 if not isinstance(record, dict):
                     raise ValueError("not a JSON object")
-                sequence_id = str(record[id_field]) if id_field else f"{path.name}:{line_no}"
+                sequence_id = str(record[id_field]) if id_field else f"{path.name}@{day}:{line_no}"
                 if sequence_id in seen:
                     raise ValueError(f"id {sequence_id!r} seen before in this file")
                 got = _record_objects(record, sequence_id, text_field, units, label_field, id_field)
@@ -267,6 +300,9 @@ def ingest_text(path, root, source: str = "texts", ingest_date=None, text_field:
             rows.extend(got)
             if label_field and record.get(label_field) is not None:
                 labels.append((sequence_id, str(record[label_field])))
+                for _, _, key, value in got:
+                    if key != text_field:
+                        fields.setdefault(key, []).append((value, labels[-1][1]))
             parsed += 1
     else:  # plain text: the whole file is one text
         body = "\n".join(text for _, text in reader)
@@ -280,11 +316,17 @@ def ingest_text(path, root, source: str = "texts", ingest_date=None, text_field:
     storage.write_parquet_atomic(frame, obj_path, storage.OBJECTS_SCHEMA)
     if label_field:
         storage.write_parquet_atomic(pl.DataFrame(labels, schema={"sequence_id": pl.String, "label": pl.String},
-                                                  orient="row"), storage.labels_path(root, source, path),
+                                                  orient="row"), storage.labels_path(root, source, f"{day}_{path.name}"),
                                      storage.LABELS_SCHEMA)
+    leaks = label_leaks(fields, len(labels))
+    if leaks:
+        logger.warning("%s: the fields %s predict the label in %s of the labelled records: a model reading them "
+                       "reads its label; leave them out with the task's exclude_keys", path, ", ".join(leaks),
+                       ", ".join(f"{share:.0%}" for share in leaks.values()))
     rejects.sort(key=lambda r: r[0])
     rej_path = storage.write_rejects(root, source, ingest_date, path, rejects)
-    report = {"read": reader.read, "parsed": parsed, "labels": len(labels) if label_field else None, "rejected": len(rejects), "blank": reader.blank,
+    report = {"read": reader.read, "parsed": parsed, "labels": len(labels) if label_field else None,
+              "label_leaks": leaks, "rejected": len(rejects), "blank": reader.blank,
               "objects": frame.select("sequence_id", "step").unique().height, "rows": frame.height,
               "sequences": len(seen), "objects_path": str(obj_path),
               "rejects_path": str(rej_path) if rej_path else None, "seconds": round(time.perf_counter() - start, 3)}

@@ -18,7 +18,8 @@ demo's sources and tasks)::
     kind = "binary"                     # "binary" | "multiclass" | "next_item" | "anomaly" (no labels)
     positive = "fraud"                  # binary: the positive class (the other one is negative)
     exclude_keys = ["request_id"]       # keys left out of S(k)
-    split = "stratified"                # "stratified" | "fixed" | "time"
+    split = "stratified"                # "stratified" | "fixed" | "time" | "grouped" (default: stratified;
+                                        # a table task's default is grouped by table)
     config = {model = {d_model = 64}}   # TVMKAConfig / TrainConfig overrides
 
 Every field of both tables is below (:class:`Source`, :class:`Task`); an unknown field, a wrong
@@ -71,7 +72,7 @@ class UnsafeName(ValueError):
 def check_name(name, what: str = "name") -> str:
     """``name`` when it is 1-64 characters of [A-Za-z0-9_.-] starting with a letter or digit (no
     ``..``, ``/``, NUL, absolute path or hidden file can pass); :class:`UnsafeName` otherwise."""
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):  # fullmatch: no trailing newline
         shown = repr(name) if not isinstance(name, str) or len(name) <= 80 else repr(name[:80]) + "..."
         raise UnsafeName(f"{what} {shown} is not a safe name: use 1-64 characters of [A-Za-z0-9_.-], starting "
                          "with a letter or digit")
@@ -194,6 +195,7 @@ class Task(_Strict):
     keep_keys: list[str] | None = None  # when given: only these keys (and the event key) make S(k)
     event_key: bool = False  # logs: a key "event" with the line's template id (S(event) = the event order)
     item_key: str | None = None  # next_item: the key whose values are the catalogue's items
+    # default (left out): "stratified", a table task's "grouped" by its table (_default_split)
     split: Literal[SPLITS] = "stratified"  # type: ignore[valid-type]
     size: Literal[SIZES] | None = None  # type: ignore[valid-type]  # model and step sizes (default: the command's)
     mode: Literal[TRAINING_MODES] = "interleaved"  # type: ignore[valid-type]
@@ -210,6 +212,27 @@ class Task(_Strict):
     # split = "grouped": sequences with the same value of this key stay in one split (default for
     # a table task: its table_key, so no test table is seen in training)
     group_key: str | None = None
+    # a key whose value "train", "dev" or "test" fixes a sequence's split (an official test set);
+    # the other sequences are split as `split` says, with its test share going to train. Never
+    # model input: it joins exclude_keys (_split_key_excluded)
+    split_key: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_split(cls, data: Any) -> Any:
+        """A table task left without ``split`` is split by table: a stratified split would put a
+        test statement's table, with its other statements, in train (stated only if given)."""
+        if isinstance(data, dict) and "split" not in data and data.get("table_source"):
+            return {**data, "split": "grouped"}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_key_excluded(cls, data: Any) -> Any:
+        """A split_key says where a sequence is evaluated, not what it is: never model input."""
+        if isinstance(data, dict) and data.get("split_key") and data["split_key"] not in data.get("exclude_keys", []):
+            return {**data, "exclude_keys": [*data.get("exclude_keys", []), data["split_key"]]}
+        return data
 
     @model_validator(mode="after")
     def _by_kind(self) -> Task:
@@ -235,6 +258,8 @@ class Task(_Strict):
             raise ValueError("train_on is for anomaly tasks")
         if self.kind == "anomaly" and self.train_on == "normal" and not self.positive:
             raise ValueError('train_on = "normal" needs positive = the anomalous label (the rest is normal)')
+        if self.mode == "table" and not self.table_source:
+            raise ValueError('mode = "table" reads a text joined to its table: it needs table_source')
         if self.split == "grouped" and not (self.group_key or self.table_source):
             raise ValueError('split = "grouped" needs group_key (or a table task: table_source)')
         policy = self.threshold.policy if self.threshold else None

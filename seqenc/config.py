@@ -46,6 +46,11 @@ def task_model_settings(kind: str, overrides: dict, end_to_end: bool = False) ->
     return settings
 
 
+# fields whose class default changed after models were saved without them: such a saved config
+# loads with the value it was trained with (TVMKAConfig.from_dict)
+LEGACY_FIELDS = {"table_match": False, "tableformer_bias_scale": 1.0}
+
+
 @dataclass
 class TVMKAConfig:
     # --- tokens -----------------------------------------------------------------------------
@@ -172,6 +177,10 @@ class TVMKAConfig:
     # TableFormer past this many tokens: attention a block of this many queries at a time, the
     # relation bias built per block and recomputed in the backward pass (no [h, L, L] tensor); 0: never
     tableformer_block: int = 1024
+    # TableFormer's relation scalars are this times their parameter (seqenc.structure.TableFormerBias:
+    # Adam's pace per update is the learning rate, so a bias of 1 took ~1,000 updates at scale 1);
+    # a config saved before the field loads with 1 (LEGACY_FIELDS)
+    tableformer_bias_scale: float = 30.0
     # table_attention "mafid" (seqenc.mafid): the EMA across rows ("lowdim", "full" or "none"), its
     # reduction K (d_model / K channels) and the tanh gates (False: the ablation without gates)
     mafid_ema: str = "lowdim"
@@ -182,6 +191,18 @@ class TVMKAConfig:
     # LayerNorm, Xavier-initialised, scaled once their input norm mu is measured; no warm-up
     table_new_layers: int = 0
     table_init: str = "default"
+    # exact-match features (seqenc.table_inputs: a token's word found on the other side, or its
+    # whole cell named by the text) as one more embedding of the table encoders' inputs. On: the
+    # default (docs/tables.md); a config saved before the field existed loads with it off
+    # (LEGACY_FIELDS), so its weights still fit
+    table_match: bool = True
+    # a second head on a table encoder's pooled output, two logits for the lookup statements of
+    # intermediate pre-training (training.table_pretrain); the pipeline sets it when that runs
+    table_lookup_head: bool = False
+    # wide and deep for table encoders (as value_counts for sequences): the classifier's logits
+    # also read seqenc.table_inputs.overlap_features (word overlap of the text with the best rows,
+    # the table and the header) through a linear layer, zero at init. Off: the pure encoder
+    table_wide: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -261,7 +282,7 @@ class TVMKAConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown config fields: {unknown}")
-        return cls(**data)
+        return cls(**{**LEGACY_FIELDS, **data})
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True))

@@ -130,7 +130,8 @@ def fixup_table_encoder(model, batches) -> float:
     layers' output -- on ``batches`` of forward's inputs (training examples); its
     ``table_new_layers`` scaled by the vanilla factor, once. Returns mu."""
     return _fixup_once(model, model.new_layers,
-                       ((model.hidden(*inputs, new_layers=False), inputs[-1]) for inputs in batches))
+                       ((model.hidden(*inputs[:model.MASK_INPUT + 1], new_layers=False), inputs[model.MASK_INPUT])
+                        for inputs in batches))
 
 
 def _fixup_once(owner: nn.Module, layers, vectors) -> float:

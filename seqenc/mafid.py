@@ -45,7 +45,7 @@ from seqenc.config import TVMKAConfig, plain_config
 from seqenc.ema import LowDimEMA
 from seqenc.heads import make_head
 from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
-from seqenc.table_inputs import table_pieces
+from seqenc.table_inputs import MATCH_TYPES, N_OVERLAP, NO_MATCH, overlap_batch, table_pieces
 from seqenc.tokenizer import ValueTokenizer
 
 MAFID_EMAS = ("lowdim", "full", "none")
@@ -77,16 +77,19 @@ class GatedCrossAttention(nn.Module):
 
 def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], config: TVMKAConfig):
     """One example -> its row blocks (step 1 of the module docstring): a list over rows of
-    (input_ids, token_type_ids); at least one block (a table without rows: the header's)."""
+    (input_ids, token_type_ids, match_ids); at least one block (a table without rows: the
+    header's). match_ids are seqenc.table_inputs' exact-match features of the same tokens."""
     t = table_pieces(tok, text, header, rows, max_len=config.max_table_tokens,
                      max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
                      max_rows=config.max_rows, max_columns=config.max_columns)
     blocks = []
-    for row in t.rows or [[[] for _ in t.header]]:  # a table without rows: one block of its header
+    empty = [[[] for _ in t.header]]  # a table without rows: one block of its header
+    for row, row_match in zip(t.rows or empty, t.rows_match or empty):
         table = [i for name, cell in zip(t.header, row) for i in name + cell]
+        match = [m for name, cell in zip(t.header_match, row_match) for m in name + cell]
         ids = (t.text + table)[:config.max_positions - 1] + [tok.sep_id]
         token_type = [0] * len(t.text) + [1] * (len(ids) - len(t.text))
-        blocks.append((ids, token_type))
+        blocks.append((ids, token_type, (t.text_match + match)[:len(ids) - 1] + [NO_MATCH]))
     return blocks
 
 
@@ -99,6 +102,7 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         if config.mafid_ema not in MAFID_EMAS:
             raise ValueError(f"mafid_ema={config.mafid_ema!r} is not one of {MAFID_EMAS}")
         self.embeddings = Embeddings(config)
+        self.match = nn.Embedding(MATCH_TYPES, config.d_model) if config.table_match else None
         self.encoder = Encoder(config, None, 0.0)
         self.single_row = SelfAttention(dataclasses.replace(config, n_heads=1), None, 0.0)
         reduction = config.mafid_reduction if config.mafid_ema == "lowdim" else 1
@@ -109,15 +113,32 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         self.fuse = GatedCrossAttention(config, gated=config.mafid_gate) if self.multi_row is not None else None
         self.row_gate = nn.Parameter(torch.zeros(config.d_model)) if config.mafid_gate else None
         self.head = make_head(config)
+        # intermediate pre-training's head (training.table_pretrain): true / false lookup statements
+        self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
+        self.wide = nn.Linear(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)
         nn.init.normal_(self.query, std=config.init_std)
+        if self.wide is not None:
+            nn.init.zeros_(self.wide.weight)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, attention_mask: torch.Tensor):
-        # [B, R, Lr] each (R rows of Lr tokens) -> [B, n_outputs]
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, match_ids: torch.Tensor,
+                attention_mask: torch.Tensor, overlap: torch.Tensor | None = None):
+        # [B, R, Lr] each (R rows of Lr tokens; overlap [B, N_OVERLAP] with table_wide) -> [B, n_outputs]
+        logits = self.head(self.encode(input_ids, token_type_ids, match_ids, attention_mask))
+        return logits + self.wide(overlap) if self.wide is not None else logits
+
+    def lookup_logits(self, *inputs) -> torch.Tensor:
+        """``forward``'s inputs -> [B, 2]: the lookup head (``table_lookup_head``) on G2."""
+        return self.lookup_head(self.encode(*inputs[:4]))
+
+    def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, match_ids: torch.Tensor,
+               attention_mask: torch.Tensor) -> torch.Tensor:
+        # [B, R, Lr] each (R rows of Lr tokens) -> [B, d_model]: the fused query G2
         B, R, Lr = input_ids.shape
         flat_mask = attention_mask.view(B * R, Lr).clone()
         flat_mask[:, 0] = True  # a padding row (an example with fewer rows) attends to something; never read
-        C = self.encoder(self.embeddings(input_ids.view(B * R, Lr), token_type_ids.view(B * R, Lr)), flat_mask)
+        match = self.match(match_ids.view(B * R, Lr)) if self.match is not None else None
+        C = self.encoder(self.embeddings(input_ids.view(B * R, Lr), token_type_ids.view(B * R, Lr), match), flat_mask)
         C1 = self.single_row(C, additive_mask(flat_mask, C.dtype))  # [B R, Lr, d]
         C, C1, mask = C.view(B, R * Lr, -1), C1.reshape(B, R * Lr, -1), attention_mask.view(B, R * Lr)
         mixed = C + (torch.tanh(self.row_gate) * C1 if self.row_gate is not None else C1)  # C~ of Eq. 5
@@ -125,22 +146,25 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         G = self.read_norm(G + self.read(G, mixed, mask))  # G^(1)
         if self.multi_row is not None:
             G = self.fuse(G, self.multi_row(C1, mask), mask)  # G^(2) = G^(1) + tanh(q) * MHA(G^(1), C^(2))
-        return self.head(G[:, 0])
+        return G[:, 0]
 
     def batch_inputs(self, data, index, tok: ValueTokenizer) -> tuple[torch.Tensor, ...]:
         """``forward``'s inputs for the examples ``index`` of ``data`` (seqenc.table_model.TableExamples)."""
-        return pad_row_blocks([row_blocks(tok, *data.tables[int(i)], self.config) for i in index], tok.pad_id)
+        blocks = pad_row_blocks([row_blocks(tok, *data.tables[int(i)], self.config) for i in index], tok.pad_id)
+        return blocks + ((overlap_batch([data.tables[int(i)] for i in index]),) if self.config.table_wide else ())
 
 
-def pad_row_blocks(blocks: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_row_blocks(blocks: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Examples' row blocks (:func:`row_blocks`) -> ``forward``'s (input_ids, token_type_ids,
-    attention_mask), each [B, R, Lr]: padded to the batch's most rows R and longest block Lr."""
+    match_ids, attention_mask), each [B, R, Lr]: padded to the batch's most rows R and longest
+    block Lr."""
     R = max(len(b) for b in blocks)
-    Lr = max(len(ids) for b in blocks for ids, _ in b)
+    Lr = max(len(block[0]) for b in blocks for block in b)
     ids = torch.full((len(blocks), R, Lr), pad_id, dtype=torch.long)
-    types = torch.zeros_like(ids)
+    types, match = torch.zeros_like(ids), torch.zeros_like(ids)
     for b, rows in enumerate(blocks):
-        for r, (row_ids, row_types) in enumerate(rows):
+        for r, (row_ids, row_types, row_match) in enumerate(rows):
             ids[b, r, :len(row_ids)] = torch.tensor(row_ids)
             types[b, r, :len(row_types)] = torch.tensor(row_types)
-    return ids, types, ids != pad_id
+            match[b, r, :len(row_match)] = torch.tensor(row_match)
+    return ids, types, match, ids != pad_id

@@ -80,11 +80,15 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        # input_ids: [B, L] (token_type_ids: [B, L] or None) -> [B, L, d_model]
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                extra: torch.Tensor | None = None) -> torch.Tensor:
+        # input_ids: [B, L] (token_type_ids: [B, L] or None; extra: [B, L, d_model] added before
+        # the LayerNorm, e.g. MAFiD's exact-match embeddings) -> [B, L, d_model]
         L = input_ids.size(1)
         types = self.token_type.weight[0] if token_type_ids is None else self.token_type(token_type_ids)
         x = self.word(input_ids) + types
+        if extra is not None:
+            x = x + extra
         if self.position is not None:
             index = torch.arange(L, device=input_ids.device)  # [L]
             if self.restart_id is not None:

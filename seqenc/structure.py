@@ -308,13 +308,26 @@ def tableformer_attention(q, k, v, scalars: torch.Tensor, relations: torch.Tenso
 
 class TableFormerBias(nn.Module):
     """One learnable scalar per head and relation, zero at init: relations [B, L, L] (and the
-    key padding) -> additive bias [B, h, L, L]."""
+    key padding) -> additive bias [B, h, L, L].
 
-    def __init__(self, n_heads: int):
+    The scalar is ``scale * w`` with ``w`` the parameter (``scale``: TVMKAConfig.tableformer_bias_scale).
+    Why: Adam moves a parameter by about the learning rate per update whatever its gradient's
+    size, so at 1e-3 a bias needs ~1,000 updates to reach 1 -- too slow to matter in a short
+    run, where the "same row" bias is what a TableFormer has instead of row embeddings (on the
+    tiny lookup task, tests/test_table_learning.py, it stayed at chance with scale 1). ``scale``
+    multiplies its pace; zero at init either way (the paper)."""
+
+    def __init__(self, n_heads: int, scale: float = 1.0):
         super().__init__()
+        self.scale = scale
         self.scalars = nn.Embedding(len(RELATIONS), n_heads)
         nn.init.zeros_(self.scalars.weight)
 
+    @property
+    def weight(self) -> torch.Tensor:
+        """[13, h]: the scalars themselves (scale applied)."""
+        return self.scalars.weight * self.scale
+
     def forward(self, relations: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        bias = self.scalars(relations).permute(0, 3, 1, 2)  # [B, h, L, L]
+        bias = F.embedding(relations, self.weight).permute(0, 3, 1, 2)  # [B, h, L, L]
         return bias.masked_fill(~attention_mask[:, None, None, :], _neg(bias.dtype))

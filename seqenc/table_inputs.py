@@ -9,7 +9,19 @@ the header row first; every cell's tokens in a row. Per token, computed here and
 * ``position_ids``: per-cell positions -- the index of the token inside its cell (the text:
   inside the text). Choice: every variant uses them (the paper of TableFormer needs them for
   invariance, MATE resets positions per cell past 512 tokens), so the variants differ only in
-  how attention sees the structure, and any length fits the position table.
+  how attention sees the structure, and any length fits the position table;
+* ``match_ids``: exact-match features, the table counterpart of the "this word occurs in the
+  question" feature of reading-comprehension models (and of TAPAS's feature embeddings): a
+  header or cell token is ``WORD_MATCH`` when its word occurs in the text and ``CELL_MATCH``
+  when the text names its cell whole -- the cell's tokens occur in the text as one contiguous
+  run, in order ("1 - 0" is not named by "... is 0 - 1"); a text token is ``CELL_MATCH`` inside
+  such a run and ``WORD_MATCH`` when its word occurs in a kept header or cell. Words are the tokenizer's pre-tokens
+  (ValueTokenizer.encode_words) with a letter or digit that are not English function words
+  (``STOPWORDS``): punctuation, "the", "of", "a" ... never match; [CLS], [SEP] and padding are
+  ``NO_MATCH``. Why: "the value sits in the key's row" asks a model first to find which cells
+  the statement names -- token identity across the text and the table, which a small encoder
+  trained from scratch on a few thousand statements did not learn (docs/tables.md) -- and then
+  to relate them by row. Given the first, the encoders only have to learn the second.
 
 Truncation (TAPAS's order): the text keeps its first ``max_text_tokens`` tokens, each cell its
 first ``max_cell_tokens``, at most ``max_columns`` columns and ``max_rows`` data rows, then
@@ -23,6 +35,8 @@ others the table's rows (``step`` = row index, ``key`` = column, in the order fi
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -33,7 +47,16 @@ from seqenc.tokenizer import ValueTokenizer
 
 # a text's objects sit at TEXT_STEP + their step (training.table_task), before the table's rows
 TEXT_STEP = -(2**31)
-FIELDS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids")
+FIELDS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids")
+# match_ids (module docstring)
+NO_MATCH, WORD_MATCH, CELL_MATCH = 0, 1, 2
+MATCH_TYPES = 3
+WORD = re.compile(r"\w+")  # overlap_features' words
+# English function words never match (a cell "a" is not named by "the h / a of ... is h"); chosen
+# from the errors of a lookup model on its dev split (docs/tables.md)
+STOPWORDS = frozenset("a an the of in on at to for by with is are was were be been and or as from that this it "
+                      "its".split())
+N_OVERLAP = 5  # overlap_features' length
 
 
 @dataclass
@@ -46,16 +69,18 @@ class TableText:
     row_ids: list[int] = field(default_factory=list)
     col_ids: list[int] = field(default_factory=list)
     position_ids: list[int] = field(default_factory=list)
+    match_ids: list[int] = field(default_factory=list)
     rows_dropped: int = 0
     columns_dropped: int = 0
 
-    def add(self, ids: list[int], segment: int, row: int, col: int) -> None:
+    def add(self, ids: list[int], segment: int, row: int, col: int, match: list[int]) -> None:
         self.input_ids += ids
         self.token_type_ids += [0 if segment == TEXT else 1] * len(ids)
         self.segment += [segment] * len(ids)
         self.row_ids += [row] * len(ids)
         self.col_ids += [col] * len(ids)
         self.position_ids += list(range(len(ids)))
+        self.match_ids += match
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -63,37 +88,86 @@ class TableText:
 
 @dataclass
 class TablePieces:
-    """The token ids an encoder keeps of a text and a table, after truncation (module docstring)."""
+    """The token ids an encoder keeps of a text and a table, after truncation (module docstring),
+    and beside each list of ids its tokens' match_ids."""
 
     text: list[int]  # [CLS] text [SEP]
     header: list[list[int]]  # per kept column: its name's ids
     rows: list[list[list[int]]]  # per kept data row, per kept column: the cell's ids
+    text_match: list[int] = field(default_factory=list)
+    header_match: list[list[int]] = field(default_factory=list)
+    rows_match: list[list[list[int]]] = field(default_factory=list)
     rows_dropped: int = 0
     columns_dropped: int = 0
+
+
+def _content(tok: ValueTokenizer, word: tuple[int, ...]) -> bool:
+    """Whether a word (its token ids) can match: it has a letter or a digit and is no STOPWORD."""
+    text = "".join((tok.tokenizer.id_to_token(i) or "").removeprefix("##") for i in word)
+    return any(ch.isalnum() for ch in text) and text not in STOPWORDS
+
+
+MAX_SPAN = 32  # a cell longer than this many tokens is never named whole (it would not fit a text span index)
+
+
+def _spans(ids: list[int]) -> dict[tuple[int, ...], list[int]]:
+    """Every contiguous run of ``ids`` up to MAX_SPAN tokens -> its start positions."""
+    out: dict[tuple[int, ...], list[int]] = {}
+    for i in range(len(ids)):
+        for n in range(1, min(MAX_SPAN, len(ids) - i) + 1):
+            out.setdefault(tuple(ids[i:i + n]), []).append(i)
+    return out
+
+
+def _cell_match(tok: ValueTokenizer, ids: list[int], words: list[tuple[int, ...]], text_words: set,
+                text_spans: dict) -> tuple[list[int], list[int]]:
+    """match_ids of a cell's tokens against the text, and where in the text the cell occurs whole
+    (the starts of its token sequence as a contiguous run of the text's; [] when it does not, or
+    when it has no word that can match)."""
+    starts = text_spans.get(tuple(ids), []) if any(_content(tok, w) for w in words) else []
+    return [CELL_MATCH if starts else WORD_MATCH if w in text_words else NO_MATCH for w in words], starts
 
 
 def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], max_len: int,
                  max_text_tokens: int = 64, max_cell_tokens: int = 16, max_rows: int = 256,
                  max_columns: int = 64) -> TablePieces:
     """Tokenise ``text`` + the table once and truncate in TAPAS's order: whole rows are kept
-    while the flattened sequence (text, header, rows) fits ``max_len`` tokens."""
+    while the flattened sequence (text, header, rows) fits ``max_len`` tokens. The match_ids
+    compare the whole text with each whole cell; a cut cell or text keeps its first tokens'."""
     columns = min(len(header), max_columns)
     rows = rows[:max_rows]
-    pieces = tok.encode_many([text, *header[:columns], *(c for r in rows for c in r[:columns])])
-    out = TablePieces(text=[tok.cls_id, *pieces[0][:max_text_tokens], tok.sep_id],
-                      header=[ids[:max_cell_tokens] for ids in pieces[1:1 + columns]], rows=[],
-                      columns_dropped=len(header) - columns)
+    pieces = tok.encode_words([text, *header[:columns], *(c for r in rows for c in r[:columns])])
+    text_ids, text_word_of = pieces[0]
+    text_words = {w for w in text_word_of if _content(tok, w)}
+    text_spans = _spans(text_ids)
+    # per header name and cell: (ids, match_ids, its words, where the text names it whole)
+    cells = [(ids[:max_cell_tokens], match[:max_cell_tokens], words, starts)
+             for ids, words in pieces[1:] for match, starts in [_cell_match(tok, ids, words, text_words, text_spans)]]
+    out = TablePieces(text=[tok.cls_id, *text_ids[:max_text_tokens], tok.sep_id],
+                      header=[c[0] for c in cells[:columns]], rows=[],
+                      header_match=[c[1] for c in cells[:columns]], columns_dropped=len(header) - columns)
     length = len(out.text) + sum(len(ids) for ids in out.header)
     if length > max_len:
         raise ValueError(f"the text and header take {length} tokens, more than max_len={max_len}")
-    cells = pieces[1 + columns:]
+    kept = cells[:columns]
     for r in range(len(rows)):
-        row = [cells[r * columns + c][:max_cell_tokens] for c in range(columns)]
-        length += sum(len(ids) for ids in row)
+        row = cells[columns * (r + 1):columns * (r + 2)]
+        length += sum(len(c[0]) for c in row)
         if length > max_len:
             out.rows_dropped = len(rows) - r
             break
-        out.rows.append(row)
+        out.rows.append([c[0] for c in row])
+        out.rows_match.append([c[1] for c in row])
+        kept += row
+    # the text's side, against the kept header and cells only: CELL_MATCH on the spans that name a
+    # kept cell whole, WORD_MATCH on a word a kept cell holds
+    table_words = {w for c in kept for w in c[2]}
+    named = [NO_MATCH] * len(text_ids)
+    for ids, _, _, starts in kept:
+        for start in starts:
+            named[start:start + len(ids)] = [CELL_MATCH] * len(ids)
+    out.text_match = [NO_MATCH, *[CELL_MATCH if m else WORD_MATCH if w in text_words and w in table_words
+                                  else NO_MATCH for m, w in zip(named, text_word_of)][:max_text_tokens], NO_MATCH]
     return out
 
 
@@ -103,13 +177,13 @@ def encode_table_text(tok: ValueTokenizer, text: str, header: list[str], rows: l
     """``text`` + the table (``header``, ``rows`` of cells) -> :class:`TableText` (module docstring)."""
     pieces = table_pieces(tok, text, header, rows, max_len, max_text_tokens, max_cell_tokens, max_rows, max_columns)
     out = TableText(rows_dropped=pieces.rows_dropped, columns_dropped=pieces.columns_dropped)
-    out.add(pieces.text, TEXT, 0, 0)
+    out.add(pieces.text, TEXT, 0, 0, pieces.text_match)
     out.position_ids = list(range(len(out)))  # the text counts as one cell
-    for c, ids in enumerate(pieces.header, start=1):
-        out.add(ids, HEADER, 0, c)
-    for r, row in enumerate(pieces.rows, start=1):
-        for c, ids in enumerate(row, start=1):
-            out.add(ids, CELL, r, c)
+    for c, (ids, match) in enumerate(zip(pieces.header, pieces.header_match), start=1):
+        out.add(ids, HEADER, 0, c, match)
+    for r, (row, row_match) in enumerate(zip(pieces.rows, pieces.rows_match), start=1):
+        for c, (ids, match) in enumerate(zip(row, row_match), start=1):
+            out.add(ids, CELL, r, c, match)
     return out
 
 
@@ -137,3 +211,28 @@ def collate(examples: list[TableText], pad_id: int) -> dict[str, torch.Tensor]:
         mask[b, :len(e)] = True
     out["attention_mask"] = mask
     return out
+
+
+def table_words(header: list[str], rows: list[list[str]]) -> list[set[str]]:
+    """A table's rows (header first), each as its set of lower-cased ``\\w+`` words."""
+    return [set(WORD.findall(" ".join(row).lower())) for row in [header, *rows]]
+
+
+def overlap_features(text: str, rows: list[set[str]]) -> list[float]:
+    """Word-overlap features of a text and its table (:func:`table_words`): the shares of the
+    text's distinct words found in the best and the second-best data row, in the whole table and
+    in the header, and log(1 + the word count). None depends on the order of rows or columns.
+    ``seqenc bench tables``' ``overlap_lr`` baseline reads them, and so does a table encoder's
+    wide head (``TVMKAConfig.table_wide``)."""
+    words = set(WORD.findall(text.lower()))
+    n = max(len(words), 1)
+    header, body = (rows[0], rows[1:]) if rows else (set(), [])
+    best = sorted((len(words & row) / n for row in body), reverse=True) + [0.0, 0.0]
+    return [best[0], best[1], len(words & set().union(*rows)) / n, len(words & header) / n, math.log1p(len(words))]
+
+
+def overlap_batch(examples: list[tuple[str, list[str], list[list[str]]]]) -> torch.Tensor:
+    """[B, N_OVERLAP] float: :func:`overlap_features` of each (text, header, rows): a table
+    encoder's wide input (``TVMKAConfig.table_wide``)."""
+    return torch.tensor([overlap_features(text, table_words(header, rows)) for text, header, rows in examples],
+                        dtype=torch.float32).view(len(examples), N_OVERLAP)

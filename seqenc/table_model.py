@@ -41,15 +41,23 @@ from seqenc.structure import (
     table_relations,
     tableformer_attention,
 )
-from seqenc.table_inputs import collate, encode_table_text, table_of_objects
+from seqenc.table_inputs import (
+    MATCH_TYPES,
+    N_OVERLAP,
+    collate,
+    encode_table_text,
+    overlap_batch,
+    table_of_objects,
+)
 from seqenc.tokenizer import ValueTokenizer
 
-INPUTS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "attention_mask")
+INPUTS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids",
+          "attention_mask")  # then, with table_wide, the overlap features [B, N_OVERLAP]
 
 
 class TableEmbeddings(nn.Module):
-    """Token + per-cell position + token type (+ row + column, unless ``tableformer``), then
-    LayerNorm and dropout."""
+    """Token + per-cell position + token type (+ row + column, unless ``tableformer``) (+ exact
+    match, with ``table_match``; seqenc.table_inputs), then LayerNorm and dropout."""
 
     def __init__(self, config: TVMKAConfig):
         super().__init__()
@@ -59,14 +67,17 @@ class TableEmbeddings(nn.Module):
         structured = config.table_attention != "tableformer"
         self.row = nn.Embedding(config.max_rows + 1, config.d_model) if structured else None
         self.column = nn.Embedding(config.max_columns + 1, config.d_model) if structured else None
+        self.match = nn.Embedding(MATCH_TYPES, config.d_model) if config.table_match else None
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids, token_type_ids, position_ids, row_ids, col_ids) -> torch.Tensor:
+    def forward(self, input_ids, token_type_ids, position_ids, row_ids, col_ids, match_ids) -> torch.Tensor:
         # [B, L] each -> [B, L, d_model]
         x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
         if self.row is not None:
             x = x + self.row(row_ids) + self.column(col_ids)
+        if self.match is not None:
+            x = x + self.match(match_ids)
         return self.dropout(self.norm(x))
 
 
@@ -113,23 +124,30 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         self.new_layers = nn.ModuleList(Layer(config, None, 0.0, norm=not fixup)
                                         for _ in range(config.table_new_layers))
         self.head = make_head(config)
+        # intermediate pre-training's head (training.table_pretrain): true / false lookup statements
+        self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
+        self.wide = nn.Linear(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)
+        if self.wide is not None:
+            nn.init.zeros_(self.wide.weight)
         # TableFormer's scalars, one set per layer, zero at init (the paper)
         depth = config.n_layers + config.table_new_layers
-        self.relation_bias = nn.ModuleList(TableFormerBias(config.n_heads) for _ in range(depth)) \
+        self.relation_bias = nn.ModuleList(TableFormerBias(config.n_heads, config.tableformer_bias_scale)
+                                           for _ in range(depth)) \
             if config.table_attention == "tableformer" else None
         if fixup:  # Xavier now; the scaling waits for mu, measured on the training data (fixup_table_encoder)
             xavier_init(self.new_layers)
             self.register_buffer("fixup_mu", torch.zeros(()))
 
-    def encode(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
+    def encode(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids, attention_mask):
         # [B, L] each -> [B, d_model], the [CLS] output
-        return self.hidden(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask)[:, 0]
+        return self.hidden(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids,
+                           attention_mask)[:, 0]
 
-    def hidden(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask,
+    def hidden(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids, attention_mask,
                new_layers: bool = True) -> torch.Tensor:
         # [B, L] each -> [B, L, d_model] after every layer (new_layers=False: before the new ones)
-        x = self.embeddings(input_ids, token_type_ids, position_ids, row_ids, col_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, row_ids, col_ids, match_ids)
         kind, cfg = self.config.table_attention, self.config
         bias, attend, relations = None, None, None
         if kind == "dense":
@@ -150,14 +168,21 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         for i, layer in enumerate(stack):
             if relations is not None and attend is None:
                 bias = self.relation_bias[i](relations, attention_mask)
-            layer_attend = partial(attend, scalars=self.relation_bias[i].scalars.weight) \
+            layer_attend = partial(attend, scalars=self.relation_bias[i].weight) \
                 if kind == "tableformer" and attend is not None else attend
             x = layer(x, bias, layer_attend)
         return x
 
-    def forward(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, attention_mask):
-        return self.head(self.encode(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids,
-                                     attention_mask))  # [B, n_outputs]
+    MASK_INPUT = INPUTS.index("attention_mask")  # where the mask sits in forward's inputs (seqenc.fixup)
+
+    def forward(self, *inputs) -> torch.Tensor:
+        # INPUTS [B, L] each (+ overlap [B, N_OVERLAP] with table_wide) -> [B, n_outputs]
+        logits = self.head(self.encode(*inputs[:len(INPUTS)]))
+        return logits + self.wide(inputs[len(INPUTS)]) if self.wide is not None else logits
+
+    def lookup_logits(self, *inputs) -> torch.Tensor:
+        """``forward``'s inputs -> [B, 2]: the lookup head (``table_lookup_head``) on the [CLS] output."""
+        return self.lookup_head(self.encode(*inputs[:len(INPUTS)]))
 
     def batch_inputs(self, data: TableExamples, index, tok: ValueTokenizer) -> tuple[torch.Tensor, ...]:
         """``forward``'s inputs for the examples ``index`` of ``data``, cut to ``max_table_tokens``."""
@@ -166,7 +191,8 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
                                      max_text_tokens=c.max_text_tokens, max_cell_tokens=c.max_cell_tokens,
                                      max_rows=c.max_rows, max_columns=c.max_columns) for i in index]
         batch = collate(encoded, tok.pad_id)
-        return tuple(batch[name] for name in INPUTS)  # forward's order
+        wide = (overlap_batch([data.tables[int(i)] for i in index]),) if self.config.table_wide else ()
+        return tuple(batch[name] for name in INPUTS) + wide  # forward's order
 
 
 TABLE_MODELS = (TableTextEncoder, MafidTableEncoder)  # training mode "table"

@@ -71,6 +71,7 @@ class ValueTokenizer:
         )
         self.special_ids = frozenset(tokenizer.token_to_id(t) for t in SPECIAL_TOKENS)
         self._cache: dict[str, list[int]] = {}
+        self._words: dict[str, list[int]] = {}  # per cached text: each token's word index (encode_words)
         self.numeric: NumericBins | None = None
         self._bin_ids: list[int] = []
         # marker pairs (seqenc.links): present in a saved vocabulary -> marking is on
@@ -194,11 +195,28 @@ class ValueTokenizer:
         new = [t for t in dict.fromkeys(texts) if t not in self._cache]
         if len(self._cache) + len(new) > CACHE_LIMIT:
             self._cache.clear()
+            self._words.clear()
             new = list(dict.fromkeys(texts))
         if new:
             for text, enc in zip(new, self.tokenizer.encode_batch(new, add_special_tokens=False)):
                 self._cache[text] = enc.ids
+                self._words[text] = enc.word_ids
         return [self._cache[t] for t in texts]
+
+    def encode_words(self, texts: list[str]) -> list[tuple[list[int], list[tuple[int, ...]]]]:
+        """Per text: its token ids (as :meth:`encode_many`) and, per token, the word it belongs to
+        as the tuple of that word's token ids. A word is a pre-token (BERT's: split on whitespace
+        and punctuation, after lower-casing), so two texts share a word exactly when they share
+        that tuple -- the exact-match features of seqenc.table_inputs compare words this way."""
+        out = []
+        for text, ids in zip(texts, self.encode_many(texts)):
+            # an added token (a marker, a bin) may have no word: it is a word of its own
+            word_of = [w if w is not None else -1 - j for j, w in enumerate(self._words[text])]
+            words: dict[int, list[int]] = {}
+            for i, w in zip(ids, word_of):
+                words.setdefault(w, []).append(i)
+            out.append((ids, [tuple(words[w]) for w in word_of]))
+        return out
 
     def encode_values(self, key: str, values: list[str], linked: list[bool] | None = None,
                       seen: list[bool] | None = None) -> list[list[int]]:

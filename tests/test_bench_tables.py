@@ -3,6 +3,7 @@ zero variation under row / column shuffles end to end, and the scaling rows."""
 
 import json
 
+import polars as pl
 from shared_data import DATA, require
 
 from training.bench.tables import overlap_features, perturb_table, table_words
@@ -104,3 +105,31 @@ def test_a_table_name_that_is_not_a_safe_path_is_refused(tmp_path, capsys):
                  str(tmp_path / "out.json"), "--no-scaling", "--size", "tiny", "--variants", "dense",
                  "--no-progress"]) == 2
     assert "not a safe name" in capsys.readouterr().err and not (tmp_path / "out.json").exists()
+
+
+def test_a_test_file_is_the_test_split_and_a_wide_variant_is_its_own_row(tmp_path):
+    """``--test``: every row is scored on the test file's statements; the train file is split into
+    train and dev by table only. ``<variant>_wide``: the same encoder with the overlap features in
+    its classifier, a row beside the pure one."""
+    from training.bench.lookup import synthetic_lookup
+
+    synthetic_lookup(tmp_path / "tables", tmp_path / "all.jsonl", n_tables=60, per_table=4, seed=0)
+    lines = (tmp_path / "all.jsonl").read_text().splitlines()
+    train = [x for x in lines if int(json.loads(x)["table"][1:-4]) < 45]
+    (tmp_path / "train.jsonl").write_text("\n".join(train) + "\n")
+    (tmp_path / "test.jsonl").write_text("\n".join(x for x in lines if x not in train) + "\n")
+    out = tmp_path / "given.json"
+    assert main(["bench", "tables", "--tables", str(tmp_path / "tables"), "--train", str(tmp_path / "train.jsonl"),
+                 "--test", str(tmp_path / "test.jsonl"), "--json", str(out), "--size", "tiny", "--variants",
+                 "mate,mate_wide", "--no-scaling", "--no-progress", "--config", json.dumps({"train": {"task_steps": 20}})]) == 0
+    r = json.loads(out.read_text())
+    assert r["split"] == {"train": r["split"]["train"], "dev": r["split"]["dev"], "test": 60} and \
+        r["split"]["train"] + r["split"]["dev"] == 180 and r["split"]["dev"] > 0
+    assert set(r["accuracy"]) == {"mate", "mate_wide", "majority", "bow_lr", "overlap_lr"}
+    assert all(a["test_statements"] == 60 for a in r["accuracy"].values())
+    config = json.loads((tmp_path / "given" / "mate_wide" / "models" / "verify" / "bundle" / "config.json").read_text())
+    pure = json.loads((tmp_path / "given" / "mate" / "models" / "verify" / "bundle" / "config.json").read_text())
+    assert config["table_wide"] is True and pure["table_wide"] is False
+    splits = pl.read_parquet(tmp_path / "given" / "mate" / "sequences" / "verify" / "splits.parquet")
+    test_ids = splits.filter(pl.col("split") == "test")["sequence_id"].to_list()
+    assert all(s.startswith("test.jsonl@") for s in test_ids)  # the test file's statements, and only they

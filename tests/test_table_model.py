@@ -57,6 +57,58 @@ def test_inputs_carry_the_structure(tok):
     assert cut.rows_dropped == 1 and len(cut) == 9
 
 
+def test_exact_match_features_mark_what_the_text_names(tok):
+    """match_ids (seqenc.table_inputs): a cell the text names whole (its tokens a run of the
+    text's, in order) is CELL_MATCH on every token, a cell sharing a word is WORD_MATCH on that
+    word only; the text's run naming a cell is CELL_MATCH, its other words found in the table
+    WORD_MATCH; [CLS], [SEP], punctuation and function words never match on their own."""
+    from seqenc.table_inputs import CELL_MATCH, NO_MATCH, WORD_MATCH
+
+    tok = ValueTokenizer.train([*WORDS, "the of is , h0 h1"] * 2, vocab_size=200, min_frequency=1)
+    e = encode_table_text(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"], ["w6", "w4 w7"]],
+                          max_len=100)
+    by_token = [(tok.decode([i]).strip(), s, r, m) for i, s, r, m in zip(e.input_ids, e.segment, e.row_ids,
+                                                                          e.match_ids)]
+    cells = {(t, r): m for t, s, r, m in by_token if s == CELL}
+    assert cells[("w3", 1)] == cells[("w4", 1)] == cells[(",", 1)] == cells[("w5", 1)] == CELL_MATCH
+    assert (cells[("w6", 2)], cells[("w4", 2)], cells[("w7", 2)]) == (NO_MATCH, WORD_MATCH, NO_MATCH)
+    headers = {t: m for t, s, _, m in by_token if s == HEADER}
+    assert headers == {"h0": NO_MATCH, "h1": CELL_MATCH}
+    text = [(t, m) for t, s, _, m in by_token if s == TEXT]
+    assert text[0] == ("[CLS]", NO_MATCH) and text[-1] == ("[SEP]", NO_MATCH)
+    assert dict(text[1:-1]) == {"the": NO_MATCH, "h1": CELL_MATCH, "of": NO_MATCH, "w3": CELL_MATCH, "is": NO_MATCH,
+                                "w4": CELL_MATCH, ",": CELL_MATCH, "w5": CELL_MATCH}  # the run naming the cell
+    # whole means in order: "w5 , w4" names the cell "w4 , w5" word by word only
+    swapped = encode_table_text(tok, "w5 , w4", ["h0"], [["w4 , w5"]], max_len=100)
+    assert [m for m, s in zip(swapped.match_ids, swapped.segment) if s == CELL] == [WORD_MATCH, NO_MATCH, WORD_MATCH]
+    # the same features reach MAFiD's row blocks, token for token
+    from seqenc.mafid import row_blocks
+
+    config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80)
+    ids, _, match = row_blocks(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"]], config)[0]
+    assert [m for i, m in zip(ids, match) if tok.decode([i]).strip() == "w5"] == [CELL_MATCH, CELL_MATCH]
+
+
+def test_configs_saved_before_a_field_load_as_they_were_trained():
+    """A saved config without table_match / tableformer_bias_scale (a model trained before they
+    existed) loads with the values it was trained with, so its weights still fit."""
+    old = {k: v for k, v in TVMKAConfig().to_dict().items() if k not in ("table_match", "tableformer_bias_scale")}
+    loaded = TVMKAConfig.from_dict(old)
+    assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0
+    assert TVMKAConfig().table_match is True and TVMKAConfig.from_dict(TVMKAConfig().to_dict()) == TVMKAConfig()
+
+
+def test_tableformer_scalars_move_at_their_scale(tok):
+    from seqenc.structure import TableFormerBias
+
+    bias = TableFormerBias(4, scale=30.0)
+    with torch.no_grad():
+        bias.scalars.weight.fill_(0.1)
+    assert torch.allclose(bias.weight, torch.full((13, 4), 3.0))
+    relations = torch.zeros(1, 2, 2, dtype=torch.long)
+    assert torch.allclose(bias(relations, torch.ones(1, 2, dtype=torch.bool)), torch.full((1, 4, 2, 2), 3.0))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_tableformer_is_exactly_invariant_to_row_and_column_order(tok, seed):
     rng = random.Random(seed)
@@ -115,16 +167,17 @@ def test_table_encoders_start_from_minilm(kind):
     layers = model.encoder.layers if kind == "mafid" else model.layers
     assert torch.equal(layers[5].ffn_out.weight, bert.encoder.layer[5].output.dense.weight)
     assert torch.equal(model.embeddings.word.weight[:1000], bert.embeddings.word_embeddings.weight[:1000])
-    if kind == "dense":  # with zero row / column embeddings the encoder is BERT on per-cell positions
+    if kind == "dense":  # with zero row / column / match embeddings the encoder is BERT on per-cell positions
         with torch.no_grad():
             model.embeddings.row.weight.zero_()
             model.embeddings.column.weight.zero_()
+            model.embeddings.match.weight.zero_()
         ids = torch.tensor([[101, 2003, 1037, 102, 3231, 2054, 2003, 1037]])
         types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
         pos = torch.tensor([[0, 1, 2, 3, 0, 1, 0, 0]])
         zeros, mask = torch.zeros_like(ids), torch.ones_like(ids, dtype=torch.bool)
         with torch.no_grad():
-            ours = model.encode(ids, types, types * 2, zeros, zeros, pos, mask)
+            ours = model.encode(ids, types, types * 2, zeros, zeros, pos, zeros, mask)
             theirs = bert(input_ids=ids, token_type_ids=types, position_ids=pos).last_hidden_state[:, 0]
         assert (ours - theirs).abs().max() < 1e-4
 

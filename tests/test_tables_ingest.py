@@ -123,7 +123,8 @@ def test_cli_and_catalogue_ingest_tables_and_texts(tmp_path, capsys):
     assert storage.read_objects(root, "tab")["sequence_id"].unique().sort().to_list() == ["t1.csv", "t2.csv"]
     assert storage.read_labels(root, "st")["label"].to_list() == ["0"]
     assert file_kind("x.csv", "tables") == "tables" and file_kind("x.jsonl", "texts") == "texts"
-    assert file_kind("x_labels.csv", "tables") == "labels" and file_kind("x.csv") is None
+    assert file_kind("x_labels.csv", "tables") == "tables" and file_kind("x_labels.csv") == "labels"
+    assert file_kind("x.csv") is None
     bad = tmp_path / "bad.toml"
     bad.write_text('[sources.x]\nkind = "logs"\ndelimiter = ","\n')
     with pytest.raises(CatalogError, match="delimiter"):

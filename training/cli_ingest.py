@@ -67,6 +67,7 @@ def _ingest(args, kind: str) -> int:
 
     spec = _source_spec(args, kind)
     files = _input_files(args, spec)
+    _refuse_shared_parts(files)
     code = 0
     if kind == "logs" and getattr(args, "workers", 1) > 1 and len(files) > 1:
         code = _run_ingest(lambda: _ingest_parallel(args, spec, files))
@@ -79,6 +80,22 @@ def _ingest(args, kind: str) -> int:
         report = ingest_path(labels, args.root, args.source, spec, "labels", ingest_date=args.date)
         print(json.dumps({"labels": report}, indent=2, default=str))
     return code
+
+
+def _refuse_shared_parts(files: list[str]) -> None:
+    """Two files of one command that would write the same part (the same file name from two
+    folders, or ``x.csv`` beside ``x.csv.gz``) would overwrite each other -- and a table's id, a
+    text's default id, is its file name, so their sequences would merge: refused before anything
+    is written."""
+    from parsers.storage import part_name
+
+    first: dict[str, str] = {}
+    for path in files:
+        other = first.setdefault(part_name(path), path)
+        if other != path:
+            raise ValueError(f"{other} and {path} have the same file name, which names their part (and a table's or "
+                             "a text's id): one would overwrite the other; rename one, or ingest them into different "
+                             "sources")
 
 
 def _ingest_parallel(args, spec, files: list[str]) -> dict:

@@ -46,6 +46,7 @@ from seqenc.tokenizer import ValueTokenizer
 from training.data import class_weights
 from training.engines import make_engine, shard
 from training.phased import PhasedTrainer
+from training.table_pretrain import LookupCurriculum
 from training.trainer import END_TO_END, TrainConfig, phase_plan
 
 
@@ -58,7 +59,15 @@ class EndToEndTrainer(PhasedTrainer):
             raise ValueError(f"EndToEndTrainer runs {END_TO_END}, not {cfg.mode!r}")
         super().__init__(model, y, splits, cfg, workdir, task, phase_plan(cfg), **kwargs)
         self.inputs = inputs
-        total = sum(n for kind, _, n in self.plan if kind == "task")
+        total = sum(n for kind, _, n in self.plan if kind in ("task", "table_pretrain"))
+        # a table encoder's intermediate pre-training (training.table_pretrain), on the train tables
+        self.curriculum = None
+        if any(kind == "table_pretrain" for kind, _, _ in self.plan):
+            if not isinstance(inputs, TableInputs) or getattr(model, "lookup_head", None) is None:
+                raise ValueError("table_pretrain_steps needs a table encoder with table_lookup_head (training mode "
+                                 "table)")
+            self.curriculum = LookupCurriculum(inputs.tables_of(splits["train"]), cfg.table_pretrain_rows,
+                                               cfg.table_pretrain_steps, cfg.seed)
         # a table encoder with DT-Fixup's new layers (seqenc.fixup) trains without warm-up
         self.fixup = hasattr(model, "fixup_mu")
         warmup = 0 if self.fixup else cfg.warmup_steps
@@ -68,7 +77,9 @@ class EndToEndTrainer(PhasedTrainer):
         self.rng = np.random.default_rng(cfg.seed)
 
     def run_phase(self, kind: str, round_no: int, steps: int) -> dict | None:
-        if kind == "task":
+        if kind == "table_pretrain":
+            self.lookup_steps(steps)
+        elif kind == "task":
             self.task_steps(steps, round_no)
         elif kind == "eval":
             return self.log_dev(round_no)
@@ -93,6 +104,29 @@ class EndToEndTrainer(PhasedTrainer):
                 engine.backward(loss / self.cfg.grad_accum)
                 loss_sum += loss.item() / self.cfg.grad_accum
             self.update(engine, {"train/task_loss": loss_sum}, after=lambda: self.maybe_eval(steps, round_no))
+
+    def lookup_steps(self, steps: int) -> None:
+        """Intermediate pre-training: the lookup head on statements from the train tables, stage
+        by stage (training.table_pretrain); the whole model trains, the task head is not read."""
+        engine = self.engines["model"]
+        if self.fixup and float(self.model.fixup_mu) == 0:
+            self.fixup_model()
+        for _ in tqdm(range(self.phase_step, steps), desc="table lookup pre-training", disable=not self.progress,
+                      leave=False):
+            self.model.train()
+            examples, labels = shard(self.curriculum.batch(self.phase_step, self.cfg.batch_size), self.rank, self.world)
+            inputs, labels = to_model((self.inputs.of(examples), torch.as_tensor(labels)), self.model)
+            loss = F.cross_entropy(self.model.lookup_logits(*inputs), labels)
+            engine.backward(loss)
+            self.update(engine, {"train/lookup_loss": loss.item()})
+
+    def extra_state(self) -> dict:
+        return {"lookup_rng": self.curriculum.rng.getstate()} if self.curriculum is not None else {}
+
+    def load_extra_state(self, state: dict) -> None:
+        if self.curriculum is not None and "lookup_rng" in state:
+            version, internal, gauss = state["lookup_rng"]
+            self.curriculum.rng.setstate((version, tuple(internal), gauss))
 
     def fixup_model(self) -> None:
         """DT-Fixup's scaling of the new layers, from their input norm over every train example."""
@@ -122,6 +156,34 @@ class EndToEndTrainer(PhasedTrainer):
         return {}, {"batches": self.rng}
 
 
+class TableInputs:
+    """``inputs(index)`` of a table encoder over a task's examples (its own ``batch_inputs``), and
+    what lookup pre-training needs besides: the examples' tables and the inputs of new examples."""
+
+    def __init__(self, model, examples: TableExamples, tok: ValueTokenizer):
+        self.model, self.examples, self.tok = model, examples, tok
+
+    def __call__(self, index) -> tuple:
+        return self.model.batch_inputs(self.examples, index, self.tok)
+
+    def of(self, examples: list[tuple[str, list[str], list[list[str]]]]) -> tuple:
+        """The inputs of ``examples`` given as (text, header, rows)."""
+        return self.model.batch_inputs(TableExamples([str(i) for i in range(len(examples))], examples),
+                                       range(len(examples)), self.tok)
+
+    def tables_of(self, index) -> list[tuple[list[str], list[list[str]]]]:
+        """The distinct tables (header, rows) of the examples ``index``: a table that several
+        texts share counts once."""
+        seen, out = set(), []
+        for i in index:
+            _, header, rows = self.examples.tables[int(i)]
+            key = (tuple(header), tuple(map(tuple, rows)))
+            if key not in seen:
+                seen.add(key)
+                out.append((header, rows))
+        return out
+
+
 def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, tok: ValueTokenizer,
                      objects: pl.DataFrame, exclude_keys: tuple[str, ...] = (), pretrained: str | None = None):
     """The end-to-end model of ``mode`` (same width and depth as the TVM, every head private)
@@ -139,7 +201,7 @@ def comparison_model(mode: str, config: TVMKAConfig, data: TokenizedSequences, t
             load_bert_table_encoder(model, pretrained)
         tables = TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))),
                                             list(data.sequence_ids))
-        return model, lambda idx: model.batch_inputs(tables, idx, tok)
+        return model, TableInputs(model, tables, tok)
     by_id = ObjectSequences.from_objects(objects, tok, exclude_keys)
     position = {s: i for i, s in enumerate(by_id.sequence_ids)}
     seqs = ObjectSequences(list(data.sequence_ids), [by_id.objects[position[s]] for s in data.sequence_ids])

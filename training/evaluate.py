@@ -77,7 +77,7 @@ def evaluate_task(workdir: str | Path, task_name: str, catalog=None, model: str 
         _, task, classes = read_task(seq_dir)
     else:
         task, classes = load_catalog(catalog).task(task_name), None
-    labels = storage.read_labels(workdir / "data", task.source).unique("sequence_id", keep="last")
+    labels, _ = storage.unique_labels(workdir / "data", task.source)
     if labels.height == 0:
         raise FileNotFoundError(f"source {task.source!r} has no labels under {workdir / 'data'}: nothing to evaluate "
                                 "against; ingest labels with --labels")

@@ -213,6 +213,9 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     if spec.kind == "anomaly" and mode != "interleaved":
         raise ValueError(f"task {task_name} (anomaly, no labels) trains the TVM's masked LM alone; mode {mode!r} "
                          "needs labels: leave mode out")
+    if mode == "table" and not spec.table_source:
+        raise ValueError(f"mode table reads a text joined to its table, and task {task_name} has no table_source; "
+                         "declare table_source (docs/tables.md) or leave --mode table out")
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
     data = TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
     split_df = pl.read_parquet(seq_dir / "splits.parquet")
@@ -237,6 +240,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     model_overrides = task_model_settings(spec.kind, model_overrides, end_to_end=mode in END_TO_END)
     init_train = PRETRAINED_TRAIN if pretrained else SCRATCH_TABLE_TRAIN if mode == "table" else {}
     train = {**sz["train"], **init_train, "seed": seed, "mode": mode, **train_overrides}
+    if mode == "table" and train.get("table_pretrain_steps"):  # lookup pre-training reads its own head
+        model_overrides = {**model_overrides, "table_lookup_head": True}
     if mode in END_TO_END and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode {mode!r}")
     if pretrained and mode in ("joint", "record_view"):

@@ -134,7 +134,7 @@ def build_sequences(out: Path, task_name: str, task: Task, inp: TaskInput, split
             raise ValueError(f"task {task_name}: every key of source {task.source!r} is excluded (exclude_keys / "
                              "keep_keys); keep at least one")
         y = label_vector(sequence_ids, inp.labels, inp.classes, task)
-        split_of = assign_splits(sequence_ids, y, split, seed, task, inp.objects, inp.groups)
+        split_of = assign_splits(sequence_ids, y, split, seed, task, inp.objects, inp.groups, inp.given_splits)
         by_id = dict(zip(inp.labels["sequence_id"].to_list(), inp.labels["label"].cast(pl.String).to_list()))
         split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of,
                                  "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
@@ -156,7 +156,8 @@ def build_sequences(out: Path, task_name: str, task: Task, inp: TaskInput, split
     dates = None if ingest_date is None else sorted(
         storage.ingest_date_str(d) for d in (ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]))
     (out / "input.json").write_text(json.dumps({"source": task.source, "ingest_dates": dates}))
-    stats = {**stats, "vocab_size": tok.vocab_size, "n_classes": len(inp.classes), "sequences": n_sequences}
+    stats = {**stats, "vocab_size": tok.vocab_size, "n_classes": len(inp.classes), "sequences": n_sequences,
+             **inp.label_report}
     if task.kind == "next_item":  # a catalogue: how many items are ever a target, not one count each
         stats["distinct_targets"] = int((np.bincount(y, minlength=len(inp.classes)) > 0).sum())
     else:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,10 @@ class TaskInput:
     labels: pl.DataFrame
     classes: list[str]
     groups: pl.DataFrame | None = None  # sequence_id, group: the task's grouping key (``grouped`` split)
+    given_splits: pl.DataFrame | None = None  # sequence_id, group: the task's split_key (a fixed split)
+    # labels_unmatched: labels whose id names no sequence read; label_conflicts: ids that label
+    # files label differently (parsers.storage.unique_labels: the newest ingest wins)
+    label_report: dict = field(default_factory=dict)
 
 
 def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -> TaskInput:
@@ -85,6 +89,7 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
     are in the window (polars' seeded hash: stable within a polars version)."""
     scan = storage.scan_objects(root, task.source, ingest_date)
     groups = groups_of(scan, task.grouping_key) if task.grouping_key else None
+    given = groups_of(scan, task.split_key) if task.split_key else None
     if task.table_source:  # a table task: each text joined to its table (training.table_task)
         scan = join_tables(scan, root, task.table_source, task.table_key)
     ids = scan.select("sequence_id").unique(maintain_order=True).collect()["sequence_id"]
@@ -93,7 +98,7 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
         raise FileNotFoundError(f"task {task_name}: no ingested objects of source {task.source!r} under {root} for "
                                 f"{dates}; ingest some first (seqenc ingest ... --source {task.source})")
     n_ids = ids.len()
-    labels = storage.read_labels(root, task.source).unique("sequence_id", keep="last", maintain_order=True)
+    labels, label_report = storage.unique_labels(root, task.source)
     if task.labelled:
         if labels.height == 0:
             raise FileNotFoundError(f"task {task_name} ({task.kind}) needs labels, and source {task.source!r} has none "
@@ -105,6 +110,12 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
                              f"(labels e.g. {labels['sequence_id'].head(3).to_list()}, sequences e.g. "
                              f"{ids.head(3).to_list()}); check label_id_column and the source's session field")
         ids = matched
+    unmatched = labels.height - labels.filter(pl.col("sequence_id").is_in(ids.implode())).height
+    if unmatched:
+        log.warning("task %s: %d of %d labels name no ingested sequence of source %r (e.g. %s); they are not used",
+                    task_name, unmatched, labels.height, task.source,
+                    labels.filter(~pl.col("sequence_id").is_in(ids.implode()))["sequence_id"].head(3).to_list())
+    label_report = {"labels_unmatched": unmatched, "label_conflicts": label_report["conflicts"]}
     if task.max_sequences is not None and ids.len() > task.max_sequences:
         kept = pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(task.max_sequences)["id"]
         log.info("task %s: %d of %d sequences kept (max_sequences)", task_name, kept.len(), ids.len())
@@ -114,7 +125,7 @@ def task_input(task_name: str, task: Task, root: str | Path, ingest_date=None) -
     present = labels.filter(pl.col("sequence_id").is_in(ids.implode()))
     classes = task.ordered_classes(present["label"].cast(pl.String).to_list()) if task.kind != "next_item" else \
         next_item_classes(task, objects, present)
-    return TaskInput(objects, ids, present, classes, groups)
+    return TaskInput(objects, ids, present, classes, groups, given, label_report)
 
 
 def task_sequences(task_name: str, task: Task, root: str | Path, ingest_date=None) -> tuple[pl.DataFrame, pl.DataFrame, list[str]]:
@@ -152,15 +163,36 @@ def label_vector(sequence_ids: list[str], labels: pl.DataFrame, classes: list[st
     return np.array([index[lookup[s]] for s in sequence_ids], dtype=np.int64)
 
 
+SPLIT_NAMES = ("train", "dev", "test")
+
+
 def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int, task: Task,
-                  objects: pl.DataFrame | pl.LazyFrame | None = None, groups: pl.DataFrame | None = None) -> list[str]:
+                  objects: pl.DataFrame | pl.LazyFrame | None = None, groups: pl.DataFrame | None = None,
+                  given: pl.DataFrame | None = None) -> list[str]:
     """``"train" | "dev" | "test"`` per sequence: ``stratified`` (by label, seeded; next_item
     and unlabelled sequences form one stratum each), ``fixed`` (by a hash of the id,
     training.data.fixed_split: the same sequence lands in the same split whatever the data
     window) or ``time`` (by each sequence's first timestamp, TIME_SPLIT; ``objects`` needed, in
     memory or lazy) or ``grouped`` (``groups``, training.table_task.groups_of: whole groups,
     shuffled with the seed, fill test, then dev, then train, to about 20 / 20 / 60 % of the
-    sequences; a sequence without a group is a group of its own)."""
+    sequences; a sequence without a group is a group of its own).
+
+    ``given`` (``sequence_id, group``: the task's split_key values): a sequence with one keeps
+    that split; when any is given, the others' test share goes to train -- the test set is the
+    given one (an official test split), and no sequence is tested twice."""
+    out = _assign_splits(sequence_ids, y, split, seed, task, objects, groups)
+    if given is None or given.height == 0:
+        return out
+    bad = given.filter(~pl.col("group").is_in(SPLIT_NAMES))
+    if bad.height:
+        raise ValueError(f"split_key {task.split_key!r} holds {bad['group'][0]!r} (sequence {bad['sequence_id'][0]}): "
+                         f"its values must be one of {', '.join(SPLIT_NAMES)}")
+    fixed = dict(zip(given["sequence_id"].to_list(), given["group"].to_list()))
+    return [fixed.get(s, "train" if where == "test" else where) for s, where in zip(sequence_ids, out)]
+
+
+def _assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int, task: Task,
+                   objects: pl.DataFrame | pl.LazyFrame | None = None, groups: pl.DataFrame | None = None) -> list[str]:
     if split == "fixed":  # by the group when the task has one (a table task: by table), else by the id
         if groups is not None:
             group_of = dict(zip(groups["sequence_id"].to_list(), groups["group"].to_list()))

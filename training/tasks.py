@@ -34,7 +34,7 @@ def _counts(root, task) -> dict:
     if not dates:
         return {"ingest_dates": 0, "sequences": 0, "labelled": 0, "per_class": {}}
     ids = storage.read_objects(root, task.source).select("sequence_id").unique()
-    labels = storage.read_labels(root, task.source).unique("sequence_id", keep="last")
+    labels, _ = storage.unique_labels(root, task.source)
     labelled = labels.join(ids, on="sequence_id", how="semi")
     per_class = dict(labelled.group_by("label").len().sort("label").iter_rows())
     if task.kind == "binary" and task.positive in per_class:  # the model's order: negative, positive

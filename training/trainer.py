@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -85,6 +85,10 @@ class TrainConfig:
     task_steps: int = 0  # end-to-end modes: updates in all (0: as many as the interleaved run makes)
     lr_task: float = 1e-4  # end-to-end modes
     batch_size: int = 16  # end-to-end modes: sequences per update
+    # mode "table": updates of intermediate pre-training on lookup statements from the training
+    # tables before the task (training.table_pretrain), and its curriculum of row cuts (0: all)
+    table_pretrain_steps: int = 0
+    table_pretrain_rows: list[int] = field(default_factory=lambda: [2, 4, 0])
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.data)
     mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
     device: str = "auto"  # where the model trains: "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
@@ -96,6 +100,10 @@ class TrainConfig:
             raise ValueError(f"mlm_mask_unit {self.mlm_mask_unit!r} is not one of {MASK_UNITS}")
         if self.mlm_sequences not in MLM_SEQUENCES:
             raise ValueError(f"mlm_sequences {self.mlm_sequences!r} is not one of {MLM_SEQUENCES}")
+        if self.table_pretrain_steps < 0 or not self.table_pretrain_rows or min(self.table_pretrain_rows) < 0 \
+                or 1 in self.table_pretrain_rows:
+            raise ValueError(f"table_pretrain_steps={self.table_pretrain_steps} must be >= 0 and table_pretrain_rows="
+                             f"{self.table_pretrain_rows} a list of row cuts >= 2 (0: the whole table)")
 
     @property
     def ka_steps_per_round(self) -> int:
@@ -109,7 +117,8 @@ class TrainConfig:
 
 
 def phase_plan(cfg: TrainConfig, batches_per_epoch: int | None = None) -> list[tuple[str, int, int]]:
-    """``(kind, round, steps)`` for kinds ``tvm``, ``refresh``, ``ka``, ``eval``, ``final``, ``task``.
+    """``(kind, round, steps)`` for kinds ``tvm``, ``refresh``, ``ka``, ``eval``, ``final``, ``task``,
+    ``table_pretrain``.
     With ``pretrain_epochs`` the pre-training length is counted in epochs of MLM batches."""
     rounds = range(1, cfg.rounds + 1)
     pretrain = cfg.pretrain_steps
@@ -124,8 +133,10 @@ def phase_plan(cfg: TrainConfig, batches_per_epoch: int | None = None) -> list[t
         plan = [("tvm", 0, pretrain + cfg.rounds * cfg.tvm_steps_per_round), ("refresh", 1, 0)]
         for r in rounds:
             plan += [("ka", r, cfg.ka_steps_per_round), ("eval", r, 0)]
-    else:  # end to end: task steps only
-        plan = [p for r in rounds for p in (("task", r, cfg.task_steps_per_round), ("eval", r, 0))]
+    else:  # end to end: task steps only (a table encoder's lookup pre-training first)
+        plan = [("table_pretrain", 0, cfg.table_pretrain_steps)] if cfg.mode == "table" and cfg.table_pretrain_steps \
+            else []
+        plan += [p for r in rounds for p in (("task", r, cfg.task_steps_per_round), ("eval", r, 0))]
     return plan + [("final", cfg.rounds + 1, 0)]
 
 

@@ -31,27 +31,18 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from pathlib import Path
 
 from seqenc.catalog import UnsafeName, check_name
+from training.table_pretrain import key_column, lookup_statement
 
-NUMBER = re.compile(r"^[\d\s.,:/%+-]*$")
-
+__all__ = ["key_column", "lookup_statements", "read_table", "synthetic_lookup", "table_statements",
+           "write_lookup_statements"]
 
 def read_table(path: Path) -> list[list[str]]:
     """A ``#``-separated table: header first; rows of another width than the header dropped."""
     rows = [line.split("#") for line in path.read_text().splitlines() if line.strip()]
     return [rows[0]] + [r for r in rows[1:] if len(r) == len(rows[0])] if rows else []
-
-
-def key_column(rows: list[list[str]]) -> int | None:
-    """The leftmost column whose cells in ``rows`` are distinct and non-empty, preferring one
-    that is not all numbers; None when no column is distinct."""
-    distinct = [c for c in range(len(rows[0]))
-                if all(r[c].strip() for r in rows) and len({r[c] for r in rows}) == len(rows)]
-    words = [c for c in distinct if not all(NUMBER.match(r[c]) for r in rows)]
-    return (words or distinct or [None])[0]
 
 
 def table_statements(name: str, rows: list[list[str]], per_table: int, rng: random.Random,
@@ -68,19 +59,10 @@ def table_statements(name: str, rows: list[list[str]], per_table: int, rng: rand
     out = []
     for i in range(per_table):
         truth = i % 2 == 0
-        for _ in range(20):  # a (row, column) pair whose column has another value to swap in
-            r = rng.randrange(len(candidates))
-            c = rng.choice([j for j in range(len(header)) if j != key])
-            value = candidates[r][c].strip()
-            others = sorted({row[c].strip() for row in candidates} - {value, ""})
-            unique_key = sum(row[key] == candidates[r][key] for row in body) == 1  # the table names one row
-            if value and header[c].strip() and others and unique_key:
-                break
-        else:
+        statement = lookup_statement(header, body, key, max_rows, truth, rng)
+        if statement is None:
             return out
-        shown = value if truth else rng.choice(others)
-        out.append({"table": name, "statement": f"the {header[c].strip()} of {candidates[r][key].strip()} is {shown}",
-                    "label": int(truth), "caption": caption})
+        out.append({"table": name, "statement": statement, "label": int(truth), "caption": caption})
     return out
 
 
@@ -128,3 +110,35 @@ def write_lookup_statements(tables_dir: str | Path, from_file: str | Path, out: 
             (Path(tables_out) / name).write_text("".join("#".join(r) + "\n" for r in cut))
     return {"statements": len(rows), "tables": len(used), "skipped_tables": len(names) - len(used),
             "entailed": sum(r["label"] for r in rows)}
+
+
+def synthetic_lookup(tables_out: str | Path, out: str | Path, n_tables: int = 200, rows: int = 2, columns: int = 3,
+                     vocabulary: int = 40, per_table: int = 4, seed: int = 0) -> dict:
+    """A tiny lookup task a small model must learn quickly (tests/test_table_learning.py: a test
+    that fails when learning breaks): ``n_tables`` tables of ``rows`` data rows and ``columns``
+    columns, the cells of a table distinct words drawn from ``vocabulary`` words ``w0 ...`` (so
+    a statement's truth never hangs on a coincidence), header ``c0 ...``, column 0 the keys. Statements as :func:`table_statements`'s: "the c<j> of <key> is <value>", half
+    true, a false value taken from another row of the same column (so a bag of words, and a reader
+    of the statement alone, stay at chance). Written in TabFact's layout; returns counts."""
+    if rows < 2 or columns < 2 or vocabulary < rows * columns:
+        raise ValueError("a lookup table needs at least 2 rows, 2 columns and a word for each of its cells")
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocabulary)]
+    Path(tables_out).mkdir(parents=True, exist_ok=True)
+    records = []
+    for t in range(n_tables):
+        name = f"t{t}.csv"
+        cells = rng.sample(words, rows * columns)
+        body = [cells[r * columns:(r + 1) * columns] for r in range(rows)]
+        (Path(tables_out) / name).write_text("".join("#".join(r) + "\n" for r in [[f"c{j}" for j in range(columns)],
+                                                                               *body]))
+        for i in range(per_table):
+            truth = i % 2 == 0
+            r, c = rng.randrange(rows), rng.randrange(1, columns)
+            others = [row[c] for row in body if row is not body[r]]
+            value = body[r][c] if truth else rng.choice(others)
+            records.append({"table": name, "statement": f"the c{c} of {body[r][0]} is {value}", "label": int(truth),
+                            "caption": ""})
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("".join(json.dumps(x) + "\n" for x in records))
+    return {"statements": len(records), "tables": n_tables, "entailed": sum(x["label"] for x in records)}

@@ -38,7 +38,8 @@ TEXT_TOKENS, COLUMNS, CELL_TOKENS = 30, 8, 4
 
 def synthetic_batch(tokens: int, seed: int = 0):
     """One statement (TEXT_TOKENS with [CLS] / [SEP]) and a table of COLUMNS columns of
-    CELL_TOKENS-token cells, as many rows as fill ``tokens``: forward's inputs, batch 1."""
+    CELL_TOKENS-token cells, as many rows as fill ``tokens``: forward's inputs, batch 1 (the
+    exact-match ids random: they cost one embedding lookup whatever they are)."""
     import torch
 
     from seqenc.structure import CELL, HEADER, TEXT
@@ -56,8 +57,9 @@ def synthetic_batch(tokens: int, seed: int = 0):
     L = len(segment)
     ids = torch.randint(6, SCALING_MODEL["vocab_size"], (1, L), generator=g)
     as_tensor = lambda xs: torch.tensor([xs])  # noqa: E731
+    match = torch.randint(0, 3, (1, L), generator=g)  # exact-match ids (seqenc.table_inputs): any mix
     return (ids, (as_tensor(segment) != TEXT).long(), as_tensor(segment), as_tensor(rows), as_tensor(cols),
-            as_tensor(pos), torch.ones(1, L, dtype=torch.bool))
+            as_tensor(pos), match, torch.ones(1, L, dtype=torch.bool))
 
 
 def layer_case(variant: str, positions: int):

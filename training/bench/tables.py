@@ -17,6 +17,9 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   ``_minilm`` (``dense_minilm``, ``mafid_no_ema_minilm``, ...): the same model initialised from
   the offline MiniLM (seqenc.pretrained.load_bert_table_encoder: embeddings and BERT layers; what
   BERT has no counterpart for keeps its own init), trained at the fine-tuning rate, on request;
+  and any of those with the suffix ``_wide`` (``mate_wide``, ``dense_minilm_wide``): the same
+  encoder whose classifier also reads the overlap features of ``overlap_lr`` (wide and deep,
+  ``TVMKAConfig.table_wide``) -- its own row, beside the pure encoder, never instead of it;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
 * baselines: ``majority`` (the train split's most frequent label), ``bow_lr`` (a logistic
@@ -27,7 +30,8 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
 
 The split is by table (the task's ``grouped`` split, seeded: no test table was seen in
 training). Without ``--test`` the train file's test split is the test set; with it, the test
-file is (the train file's own test split then goes unused). **Perturbation**: every table
+file's statements are (the task's ``split_key``), and the train file is split into train and
+dev only, by table (its test share goes to train). **Perturbation**: every table
 again with its rows and its columns shuffled (a seed per table), ingested into a second data
 root; the same test statements are scored against those tables. ``perturbed_accuracy`` is the
 accuracy there, ``variation`` the share of test statements whose prediction changed
@@ -47,15 +51,16 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import math
 import random
-import re
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from seqenc.catalog import check_name
+from seqenc.table_inputs import WORD, overlap_features
+
+__all__ = ["overlap_features", "perturb_table", "table_words", "bench_tables"]
 
 log = logging.getLogger(__name__)
 
@@ -65,25 +70,22 @@ MAFID_ABLATIONS = {"mafid_no_ema": {"mafid_ema": "none"}, "mafid_full_ema": {"ma
                    "mafid_no_gate": {"mafid_gate": False}}
 TABLE_VARIANTS = ("dense", "mate", "tableformer", "mafid", *MAFID_ABLATIONS)  # training mode "table"
 MINILM = "_minilm"  # a variant name + this suffix: the same model initialised from the offline MiniLM
+WIDE = "_wide"  # a table variant (+ _minilm) + this suffix: its classifier also reads the overlap features
+_ENCODERS = (*TABLE_VARIANTS, *(v + MINILM for v in TABLE_VARIANTS))
 VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid", *MAFID_ABLATIONS,
-            *(v + MINILM for v in TABLE_VARIANTS))
+            *(v + MINILM for v in TABLE_VARIANTS), *(v + WIDE for v in _ENCODERS))
 BASELINES = ("majority", "bow_lr", "overlap_lr")
-WORD = re.compile(r"\w+")  # overlap_lr's words
-TABLES, STATEMENTS, TEST_STATEMENTS, TASK = "tables", "statements", "test_statements", "verify"
+TABLES, STATEMENTS, TASK = "tables", "statements", "verify"
 # the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
 
+SPLIT_KEY = "bench_split"  # with --test: the test file's statements carry "test" here (Task.split_key)
 CATALOG = """# seqenc bench tables: the ingested tables and statements, and the verification task
 [sources.{tables}]
 kind = "tables"
 delimiter = "#"
 
 [sources.{statements}]
-kind = "texts"
-text_field = "statement"
-label_field = "label"
-
-[sources.{test_statements}]
 kind = "texts"
 text_field = "statement"
 label_field = "label"
@@ -135,7 +137,9 @@ def perturb_table(text: str, seed: int) -> str:
 
 
 def prepare(s: TablesBenchSettings, work: Path) -> dict:
-    """Ingest the tables (as given, and perturbed into a second root) and the statements."""
+    """Ingest the tables (as given, and perturbed into a second root) and the statements: the
+    train file's, and with ``--test`` the test file's marked ``SPLIT_KEY = "test"`` (the task's
+    split_key: they are the test split, and the train file is split into train and dev only)."""
     from parsers.tables import ingest_table, ingest_text
 
     work.mkdir(parents=True, exist_ok=True)
@@ -145,11 +149,15 @@ def prepare(s: TablesBenchSettings, work: Path) -> dict:
         train_lines = _statements(Path(s.train), set(random.Random(s.seed).sample(names, min(s.max_tables, len(names)))))
     test_lines = _statements(Path(s.test), None) if s.test else []
     (work / "train.jsonl").write_text("\n".join(train_lines) + "\n")
+    if test_lines:
+        (work / "test.jsonl").write_text("".join(json.dumps({**json.loads(x), SPLIT_KEY: "test"}) + "\n"
+                                                 for x in test_lines))
     needed = sorted({json.loads(x)["table"] for x in train_lines + test_lines})
     for name in needed:  # a statement's table name becomes a path under --tables and the workdir
         check_name(name, "table name")
     catalog = work / "seqenc.toml"
-    catalog.write_text(CATALOG.format(tables=TABLES, statements=STATEMENTS, test_statements=TEST_STATEMENTS, task=TASK))
+    catalog.write_text(CATALOG.format(tables=TABLES, statements=STATEMENTS, task=TASK)
+                       + (f'split_key = "{SPLIT_KEY}"\n' if test_lines else ""))
     perturbed_dir = work / "perturbed_tables"
     perturbed_dir.mkdir(exist_ok=True)
     for root, folder in ((work / "data", Path(s.tables)), (work / "perturbed", perturbed_dir)):
@@ -159,24 +167,21 @@ def prepare(s: TablesBenchSettings, work: Path) -> dict:
                                                                 s.seed * 1_000_003 + sum(map(ord, name))))
             ingest_table(folder / name, root, source=TABLES, delimiter="#", ingest_date="2025-01-01")
     for root in (work / "data", work / "perturbed"):
-        ingest_text(work / "train.jsonl", root, source=STATEMENTS, text_field="statement", label_field="label",
-                    ingest_date="2025-01-01")
-        if s.test:
-            ingest_text(s.test, root, source=TEST_STATEMENTS, text_field="statement", label_field="label",
+        for name in ("train.jsonl", "test.jsonl")[:2 if test_lines else 1]:
+            ingest_text(work / name, root, source=STATEMENTS, text_field="statement", label_field="label",
                         ingest_date="2025-01-01")
     return {"catalog": str(catalog), "tables": len(needed), "train_statements": len(train_lines),
             "test_statements_file": len(test_lines)}
 
 
 # --- accuracy ---------------------------------------------------------------------------------
-def _test_objects(root: Path, test_ids: list[str] | None):
+def _test_objects(root: Path, test_ids: list[str]):
     import polars as pl
 
     from training.table_task import example_objects
 
-    source = TEST_STATEMENTS if test_ids is None else STATEMENTS
-    objects = example_objects(root, source, None, TABLES, "table").collect()
-    return objects if test_ids is None else objects.filter(pl.col("sequence_id").is_in(test_ids))
+    objects = example_objects(root, STATEMENTS, None, TABLES, "table").collect()
+    return objects.filter(pl.col("sequence_id").is_in(test_ids))
 
 
 def _labels(root: Path, source: str) -> dict[str, str]:
@@ -201,13 +206,14 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     """Train one variant; returns (its bundle, its training result)."""
     from training.pipeline import stage_sequences, stage_train
 
-    base = variant.removesuffix(MINILM)
-    pretrained = "minilm" if variant.endswith(MINILM) else None
+    wide = {"table_wide": True} if variant.endswith(WIDE) else {}
+    base = variant.removesuffix(WIDE).removesuffix(MINILM)
+    pretrained = "minilm" if variant.removesuffix(WIDE).endswith(MINILM) else None
     mode = "interleaved" if base == "tvmka" else "table"
     own = s.config.get("variants", {}).get(variant, {})  # this variant's overrides win
     ablation = MAFID_ABLATIONS.get(base, {})
     attention = {"table_attention": "mafid" if ablation else base}
-    model = {**(TABLE_MODEL | attention | ablation if mode == "table" else {}), **s.config.get("model", {}),
+    model = {**(TABLE_MODEL | attention | ablation | wide if mode == "table" else {}), **s.config.get("model", {}),
              **own.get("model", {})}
     train = {**s.config.get("train", {}), **own.get("train", {})} or None
     if pretrained:
@@ -238,20 +244,7 @@ def table_words(table: str) -> list[set[str]]:
     return [set(WORD.findall(line.replace("#", " ").lower())) for line in table.splitlines() if line.strip()]
 
 
-def overlap_features(statement: str, rows: list[set[str]]) -> list[float]:
-    """``overlap_lr``'s features of a statement and its table's rows (:func:`table_words`): the
-    shares of the statement's distinct words found in the best and the second-best data row, in
-    the whole table and in the header, and log(1 + the word count). None depends on the order of
-    rows or columns."""
-    words = set(WORD.findall(statement.lower()))
-    n = max(len(words), 1)
-    header, body = (rows[0], rows[1:]) if rows else (set(), [])
-    best = sorted((len(words & row) / n for row in body), reverse=True) + [0.0, 0.0]
-    return [best[0], best[1], len(words & set().union(*rows)) / n, len(words & header) / n, math.log1p(len(words))]
-
-
-def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labels: dict[str, str],
-              tables: Path) -> dict:
+def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dict[str, str], tables: Path) -> dict:
     """``majority``, ``bow_lr`` and ``overlap_lr`` (module docstring) on the same split; ``overlap_lr``
     reads each statement's table from ``tables`` and, for ``perturbed_accuracy``, its shuffled copy."""
     import numpy as np
@@ -263,15 +256,12 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str] | None, labe
 
     from parsers import storage
 
-    source = STATEMENTS if test_ids is not None else TEST_STATEMENTS
+    frame = storage.read_objects(work / "data", STATEMENTS)
     text_of, table_of = {}, {}
-    for src in {STATEMENTS, source}:
-        frame = storage.read_objects(work / "data", src)
-        for key, into in (("statement", text_of), ("table", table_of)):
-            part = frame.filter(pl.col("key") == key)
-            into.update(zip(part["sequence_id"].to_list(), part["value"].to_list()))
-    test = test_ids if test_ids is not None else sorted(i for i in _labels(work / "data", TEST_STATEMENTS))
-    test_labels = labels if test_ids is not None else _labels(work / "data", TEST_STATEMENTS)
+    for key, into in (("statement", text_of), ("table", table_of)):
+        part = frame.filter(pl.col("key") == key)
+        into.update(zip(part["sequence_id"].to_list(), part["value"].to_list()))
+    test, test_labels = test_ids, labels
     y_train = [labels[i] for i in train_ids]
     values, counts = np.unique(y_train, return_counts=True)
     majority = values[counts.argmax()]
@@ -304,7 +294,6 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
 
     prepared = prepare(s, work)
     labels = _labels(work / "data", STATEMENTS)
-    test_labels = labels if s.test is None else _labels(work / "data", TEST_STATEMENTS)
     accuracy, runs, split, test_ids = {}, {}, None, None
     for variant in s.variants:
         t0 = time.perf_counter()
@@ -312,11 +301,11 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
         bundle_dir, result = trained or train_variant(variant, s, work, prepared["catalog"], progress)
         if split is None:  # the same data and seed: every variant's split is the first's
             split = pl.read_parquet(work / variant / "sequences" / TASK / "splits.parquet")
-            test_ids = None if s.test else split.filter(pl.col("split") == "test")["sequence_id"].to_list()
+            test_ids = split.filter(pl.col("split") == "test")["sequence_id"].to_list()
         bundle = load_bundle(bundle_dir)
         predicted = score_objects(bundle, _test_objects(work / "data", test_ids), progress=False)
         perturbed = score_objects(bundle, _test_objects(work / "perturbed", test_ids), progress=False)
-        accuracy[variant] = _scores(predicted, perturbed, test_labels)
+        accuracy[variant] = _scores(predicted, perturbed, labels)
         runs[variant] = {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
                          "dev": result["metrics"]["dev"], "reused": result.get("reused", False)}
         log.info("bench tables %s: %s", variant, accuracy[variant])
