@@ -48,7 +48,7 @@ def task_model_settings(kind: str, overrides: dict, end_to_end: bool = False) ->
 
 # fields whose class default changed after models were saved without them: such a saved config
 # loads with the value it was trained with (TVMKAConfig.from_dict)
-LEGACY_FIELDS = {"table_match": False, "tableformer_bias_scale": 1.0}
+LEGACY_FIELDS = {"table_match": False, "table_numeric": False, "tableformer_bias_scale": 1.0}
 
 
 @dataclass
@@ -196,6 +196,10 @@ class TVMKAConfig:
     # default (docs/tables.md); a config saved before the field existed loads with it off
     # (LEGACY_FIELDS), so its weights still fit
     table_match: bool = True
+    # numeric features (seqenc.table_numbers, TAPAS's): a cell's rank and inverse rank in its column
+    # and its number's relation to the text's numbers, three more embeddings; on by default, off
+    # for a config saved before the field (LEGACY_FIELDS)
+    table_numeric: bool = True
     # a second head on a table encoder's pooled output, two logits for the lookup statements of
     # intermediate pre-training (training.table_pretrain); the pipeline sets it when that runs
     table_lookup_head: bool = False

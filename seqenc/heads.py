@@ -145,5 +145,28 @@ class NextItemHead(nn.Module):
         self.items.weight.copy_(vectors)
 
 
+class WideHead(nn.Module):
+    """The wide part of a table encoder's classifier (``TVMKAConfig.table_wide``): features [B, F]
+    -> logits [B, n_outputs], ``WIDE_SCALE * (W f + b)`` with W and b zero at init, added to the
+    deep head's logits. Why the scale: a logistic regression on word-overlap shares (which differ
+    by a few hundredths between a true and a false statement) needs weights of ~10, and Adam moves
+    a weight by about the learning rate per update -- 10,000 updates at 1e-3; the scale
+    multiplies that pace, as TableFormer's relation scalars do (seqenc.structure.TableFormerBias)."""
+
+    def __init__(self, n_features: int, n_outputs: int):
+        super().__init__()
+        self.linear = nn.Linear(n_features, n_outputs)
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.linear.weight)
+        nn.init.zeros_(self.linear.bias)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return WIDE_SCALE * self.linear(features)
+
+
+WIDE_SCALE = 30.0
+
+
 def make_head(config: TVMKAConfig) -> nn.Module:
     return NextItemHead(config) if config.task == "next_item" else ClassificationHead(config)

@@ -43,9 +43,10 @@ from torch import nn
 from seqenc.attention import SelfAttention, additive_mask
 from seqenc.config import TVMKAConfig, plain_config
 from seqenc.ema import LowDimEMA
-from seqenc.heads import make_head
+from seqenc.heads import WideHead, make_head
 from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
-from seqenc.table_inputs import MATCH_TYPES, N_OVERLAP, NO_MATCH, overlap_batch, table_pieces
+from seqenc.table_inputs import MATCH_TYPES, N_OVERLAP, NO_MATCH, NO_NUMBER, overlap_batch, table_pieces
+from seqenc.table_numbers import NumericEmbeddings
 from seqenc.tokenizer import ValueTokenizer
 
 MAFID_EMAS = ("lowdim", "full", "none")
@@ -77,19 +78,22 @@ class GatedCrossAttention(nn.Module):
 
 def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], config: TVMKAConfig):
     """One example -> its row blocks (step 1 of the module docstring): a list over rows of
-    (input_ids, token_type_ids, match_ids); at least one block (a table without rows: the
-    header's). match_ids are seqenc.table_inputs' exact-match features of the same tokens."""
+    (input_ids, token_type_ids, match_ids, numeric_ids); at least one block (a table without rows:
+    the header's). match_ids and numeric_ids are seqenc.table_inputs' features of the same tokens."""
     t = table_pieces(tok, text, header, rows, max_len=config.max_table_tokens,
                      max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
                      max_rows=config.max_rows, max_columns=config.max_columns)
     blocks = []
     empty = [[[] for _ in t.header]]  # a table without rows: one block of its header
-    for row, row_match in zip(t.rows or empty, t.rows_match or empty):
+    no_numbers = [[NO_NUMBER] * len(t.header)]
+    for row, row_match, row_numeric in zip(t.rows or empty, t.rows_match or empty, t.rows_numeric or no_numbers):
         table = [i for name, cell in zip(t.header, row) for i in name + cell]
         match = [m for name, cell in zip(t.header_match, row_match) for m in name + cell]
+        numeric = [x for name, cell, n in zip(t.header, row, row_numeric) for x in [NO_NUMBER] * len(name) + [n] * len(cell)]
         ids = (t.text + table)[:config.max_positions - 1] + [tok.sep_id]
         token_type = [0] * len(t.text) + [1] * (len(ids) - len(t.text))
-        blocks.append((ids, token_type, (t.text_match + match)[:len(ids) - 1] + [NO_MATCH]))
+        blocks.append((ids, token_type, (t.text_match + match)[:len(ids) - 1] + [NO_MATCH],
+                       ([NO_NUMBER] * len(t.text) + numeric)[:len(ids) - 1] + [NO_NUMBER]))
     return blocks
 
 
@@ -103,6 +107,7 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
             raise ValueError(f"mafid_ema={config.mafid_ema!r} is not one of {MAFID_EMAS}")
         self.embeddings = Embeddings(config)
         self.match = nn.Embedding(MATCH_TYPES, config.d_model) if config.table_match else None
+        self.numeric = NumericEmbeddings(config.d_model) if config.table_numeric else None
         self.encoder = Encoder(config, None, 0.0)
         self.single_row = SelfAttention(dataclasses.replace(config, n_heads=1), None, 0.0)
         reduction = config.mafid_reduction if config.mafid_ema == "lowdim" else 1
@@ -115,30 +120,36 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         self.head = make_head(config)
         # intermediate pre-training's head (training.table_pretrain): true / false lookup statements
         self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
-        self.wide = nn.Linear(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
+        self.wide = WideHead(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)
         nn.init.normal_(self.query, std=config.init_std)
+        if self.numeric is not None:
+            self.numeric.reset_parameters()  # zero at init (seqenc.table_numbers)
         if self.wide is not None:
-            nn.init.zeros_(self.wide.weight)
+            self.wide.reset_parameters()
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, match_ids: torch.Tensor,
-                attention_mask: torch.Tensor, overlap: torch.Tensor | None = None):
-        # [B, R, Lr] each (R rows of Lr tokens; overlap [B, N_OVERLAP] with table_wide) -> [B, n_outputs]
-        logits = self.head(self.encode(input_ids, token_type_ids, match_ids, attention_mask))
+                numeric_ids: torch.Tensor, attention_mask: torch.Tensor, overlap: torch.Tensor | None = None):
+        # [B, R, Lr] each (R rows of Lr tokens; numeric_ids [B, R, Lr, 3]; overlap [B, N_OVERLAP] with
+        # table_wide) -> [B, n_outputs]
+        logits = self.head(self.encode(input_ids, token_type_ids, match_ids, numeric_ids, attention_mask))
         return logits + self.wide(overlap) if self.wide is not None else logits
 
     def lookup_logits(self, *inputs) -> torch.Tensor:
         """``forward``'s inputs -> [B, 2]: the lookup head (``table_lookup_head``) on G2."""
-        return self.lookup_head(self.encode(*inputs[:4]))
+        return self.lookup_head(self.encode(*inputs[:5]))
 
     def encode(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, match_ids: torch.Tensor,
-               attention_mask: torch.Tensor) -> torch.Tensor:
+               numeric_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         # [B, R, Lr] each (R rows of Lr tokens) -> [B, d_model]: the fused query G2
         B, R, Lr = input_ids.shape
         flat_mask = attention_mask.view(B * R, Lr).clone()
         flat_mask[:, 0] = True  # a padding row (an example with fewer rows) attends to something; never read
-        match = self.match(match_ids.view(B * R, Lr)) if self.match is not None else None
-        C = self.encoder(self.embeddings(input_ids.view(B * R, Lr), token_type_ids.view(B * R, Lr), match), flat_mask)
+        extra = self.match(match_ids.view(B * R, Lr)) if self.match is not None else None
+        if self.numeric is not None:
+            numeric = self.numeric(numeric_ids.view(B * R, Lr, 3))
+            extra = numeric if extra is None else extra + numeric
+        C = self.encoder(self.embeddings(input_ids.view(B * R, Lr), token_type_ids.view(B * R, Lr), extra), flat_mask)
         C1 = self.single_row(C, additive_mask(flat_mask, C.dtype))  # [B R, Lr, d]
         C, C1, mask = C.view(B, R * Lr, -1), C1.reshape(B, R * Lr, -1), attention_mask.view(B, R * Lr)
         mixed = C + (torch.tanh(self.row_gate) * C1 if self.row_gate is not None else C1)  # C~ of Eq. 5
@@ -154,17 +165,19 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         return blocks + ((overlap_batch([data.tables[int(i)] for i in index]),) if self.config.table_wide else ())
 
 
-def pad_row_blocks(blocks: list, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_row_blocks(blocks: list, pad_id: int) -> tuple[torch.Tensor, ...]:
     """Examples' row blocks (:func:`row_blocks`) -> ``forward``'s (input_ids, token_type_ids,
-    match_ids, attention_mask), each [B, R, Lr]: padded to the batch's most rows R and longest
-    block Lr."""
+    match_ids, numeric_ids, attention_mask), each [B, R, Lr] (numeric_ids [B, R, Lr, 3]): padded
+    to the batch's most rows R and longest block Lr."""
     R = max(len(b) for b in blocks)
     Lr = max(len(block[0]) for b in blocks for block in b)
     ids = torch.full((len(blocks), R, Lr), pad_id, dtype=torch.long)
     types, match = torch.zeros_like(ids), torch.zeros_like(ids)
+    numeric = torch.zeros(len(blocks), R, Lr, 3, dtype=torch.long)
     for b, rows in enumerate(blocks):
-        for r, (row_ids, row_types, row_match) in enumerate(rows):
+        for r, (row_ids, row_types, row_match, row_numeric) in enumerate(rows):
             ids[b, r, :len(row_ids)] = torch.tensor(row_ids)
             types[b, r, :len(row_types)] = torch.tensor(row_types)
             match[b, r, :len(row_match)] = torch.tensor(row_match)
-    return ids, types, match, ids != pad_id
+            numeric[b, r, :len(row_numeric)] = torch.tensor(row_numeric)
+    return ids, types, match, numeric, ids != pad_id

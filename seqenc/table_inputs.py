@@ -10,6 +10,9 @@ the header row first; every cell's tokens in a row. Per token, computed here and
   inside the text). Choice: every variant uses them (the paper of TableFormer needs them for
   invariance, MATE resets positions per cell past 512 tokens), so the variants differ only in
   how attention sees the structure, and any length fits the position table;
+* ``numeric_ids``: three ids per token (seqenc.table_numbers, TAPAS's numeric features): its
+  cell's rank in a numeric column, the rank from the largest, and its number's relation to the
+  text's numbers; (0, 0, 0) for the text, the header and cells without a number;
 * ``match_ids``: exact-match features, the table counterpart of the "this word occurs in the
   question" feature of reading-comprehension models (and of TAPAS's feature embeddings): a
   header or cell token is ``WORD_MATCH`` when its word occurs in the text and ``CELL_MATCH``
@@ -43,11 +46,13 @@ import polars as pl
 import torch
 
 from seqenc.structure import CELL, HEADER, TEXT
+from seqenc.table_numbers import numeric_features
 from seqenc.tokenizer import ValueTokenizer
 
 # a text's objects sit at TEXT_STEP + their step (training.table_task), before the table's rows
 TEXT_STEP = -(2**31)
-FIELDS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids")
+FIELDS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids", "numeric_ids")
+NO_NUMBER = (0, 0, 0)  # numeric_ids of a token whose cell holds no number (the text's, the header's)
 # match_ids (module docstring)
 NO_MATCH, WORD_MATCH, CELL_MATCH = 0, 1, 2
 MATCH_TYPES = 3
@@ -70,10 +75,12 @@ class TableText:
     col_ids: list[int] = field(default_factory=list)
     position_ids: list[int] = field(default_factory=list)
     match_ids: list[int] = field(default_factory=list)
+    numeric_ids: list[tuple[int, int, int]] = field(default_factory=list)  # seqenc.table_numbers, per token
     rows_dropped: int = 0
     columns_dropped: int = 0
 
-    def add(self, ids: list[int], segment: int, row: int, col: int, match: list[int]) -> None:
+    def add(self, ids: list[int], segment: int, row: int, col: int, match: list[int],
+            numeric: tuple[int, int, int] = NO_NUMBER) -> None:
         self.input_ids += ids
         self.token_type_ids += [0 if segment == TEXT else 1] * len(ids)
         self.segment += [segment] * len(ids)
@@ -81,6 +88,7 @@ class TableText:
         self.col_ids += [col] * len(ids)
         self.position_ids += list(range(len(ids)))
         self.match_ids += match
+        self.numeric_ids += [numeric] * len(ids)
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -97,6 +105,7 @@ class TablePieces:
     text_match: list[int] = field(default_factory=list)
     header_match: list[list[int]] = field(default_factory=list)
     rows_match: list[list[list[int]]] = field(default_factory=list)
+    rows_numeric: list[list[tuple[int, int, int]]] = field(default_factory=list)  # per kept row, per column
     rows_dropped: int = 0
     columns_dropped: int = 0
 
@@ -150,6 +159,7 @@ def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[l
     if length > max_len:
         raise ValueError(f"the text and header take {length} tokens, more than max_len={max_len}")
     kept = cells[:columns]
+    numeric = numeric_features(text, [row[:columns] for row in rows])
     for r in range(len(rows)):
         row = cells[columns * (r + 1):columns * (r + 2)]
         length += sum(len(c[0]) for c in row)
@@ -158,6 +168,7 @@ def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[l
             break
         out.rows.append([c[0] for c in row])
         out.rows_match.append([c[1] for c in row])
+        out.rows_numeric.append(numeric[r])
         kept += row
     # the text's side, against the kept header and cells only: CELL_MATCH on the spans that name a
     # kept cell whole, WORD_MATCH on a word a kept cell holds
@@ -181,9 +192,10 @@ def encode_table_text(tok: ValueTokenizer, text: str, header: list[str], rows: l
     out.position_ids = list(range(len(out)))  # the text counts as one cell
     for c, (ids, match) in enumerate(zip(pieces.header, pieces.header_match), start=1):
         out.add(ids, HEADER, 0, c, match)
-    for r, (row, row_match) in enumerate(zip(pieces.rows, pieces.rows_match), start=1):
-        for c, (ids, match) in enumerate(zip(row, row_match), start=1):
-            out.add(ids, CELL, r, c, match)
+    for r, (row, row_match, row_numeric) in enumerate(zip(pieces.rows, pieces.rows_match, pieces.rows_numeric),
+                                                      start=1):
+        for c, (ids, match, numeric) in enumerate(zip(row, row_match, row_numeric), start=1):
+            out.add(ids, CELL, r, c, match, numeric)
     return out
 
 
@@ -200,9 +212,11 @@ def table_of_objects(objects: pl.DataFrame, text_separator: str = " ") -> tuple[
 
 
 def collate(examples: list[TableText], pad_id: int) -> dict[str, torch.Tensor]:
-    """Pad a batch: every FIELD as a [B, L] long tensor plus ``attention_mask`` [B, L] bool."""
+    """Pad a batch: every FIELD as a [B, L] long tensor (``numeric_ids`` [B, L, 3]) plus
+    ``attention_mask`` [B, L] bool."""
     L = max(len(e) for e in examples)
-    out = {name: torch.zeros(len(examples), L, dtype=torch.long) for name in FIELDS}
+    out = {name: torch.zeros(len(examples), L, *((3,) if name == "numeric_ids" else ()), dtype=torch.long)
+           for name in FIELDS}
     out["input_ids"].fill_(pad_id)
     mask = torch.zeros(len(examples), L, dtype=torch.bool)
     for b, e in enumerate(examples):

@@ -29,7 +29,7 @@ from torch import nn
 from seqenc.attention import additive_mask
 from seqenc.config import TVMKAConfig, plain_config
 from seqenc.fixup import xavier_init
-from seqenc.heads import make_head
+from seqenc.heads import WideHead, make_head
 from seqenc.mafid import MafidTableEncoder
 from seqenc.model import Layer, SaveLoadMixin, init_weights
 from seqenc.structure import (
@@ -49,15 +49,17 @@ from seqenc.table_inputs import (
     overlap_batch,
     table_of_objects,
 )
+from seqenc.table_numbers import NumericEmbeddings
 from seqenc.tokenizer import ValueTokenizer
 
 INPUTS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids",
-          "attention_mask")  # then, with table_wide, the overlap features [B, N_OVERLAP]
+          "numeric_ids", "attention_mask")  # then, with table_wide, the overlap features [B, N_OVERLAP]
 
 
 class TableEmbeddings(nn.Module):
     """Token + per-cell position + token type (+ row + column, unless ``tableformer``) (+ exact
-    match, with ``table_match``; seqenc.table_inputs), then LayerNorm and dropout."""
+    match, with ``table_match``) (+ numeric, with ``table_numeric``; seqenc.table_inputs), then
+    LayerNorm and dropout."""
 
     def __init__(self, config: TVMKAConfig):
         super().__init__()
@@ -68,16 +70,20 @@ class TableEmbeddings(nn.Module):
         self.row = nn.Embedding(config.max_rows + 1, config.d_model) if structured else None
         self.column = nn.Embedding(config.max_columns + 1, config.d_model) if structured else None
         self.match = nn.Embedding(MATCH_TYPES, config.d_model) if config.table_match else None
+        self.numeric = NumericEmbeddings(config.d_model) if config.table_numeric else None
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.dropout)
 
-    def forward(self, input_ids, token_type_ids, position_ids, row_ids, col_ids, match_ids) -> torch.Tensor:
-        # [B, L] each -> [B, L, d_model]
+    def forward(self, input_ids, token_type_ids, position_ids, row_ids, col_ids, match_ids,
+                numeric_ids) -> torch.Tensor:
+        # [B, L] each (numeric_ids [B, L, 3]) -> [B, L, d_model]
         x = self.word(input_ids) + self.position(position_ids) + self.token_type(token_type_ids)
         if self.row is not None:
             x = x + self.row(row_ids) + self.column(col_ids)
         if self.match is not None:
             x = x + self.match(match_ids)
+        if self.numeric is not None:
+            x = x + self.numeric(numeric_ids)
         return self.dropout(self.norm(x))
 
 
@@ -126,10 +132,12 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         self.head = make_head(config)
         # intermediate pre-training's head (training.table_pretrain): true / false lookup statements
         self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
-        self.wide = nn.Linear(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
+        self.wide = WideHead(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)
+        if self.embeddings.numeric is not None:
+            self.embeddings.numeric.reset_parameters()  # zero at init (seqenc.table_numbers)
         if self.wide is not None:
-            nn.init.zeros_(self.wide.weight)
+            self.wide.reset_parameters()
         # TableFormer's scalars, one set per layer, zero at init (the paper)
         depth = config.n_layers + config.table_new_layers
         self.relation_bias = nn.ModuleList(TableFormerBias(config.n_heads, config.tableformer_bias_scale)
@@ -139,15 +147,16 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
             xavier_init(self.new_layers)
             self.register_buffer("fixup_mu", torch.zeros(()))
 
-    def encode(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids, attention_mask):
-        # [B, L] each -> [B, d_model], the [CLS] output
+    def encode(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids, numeric_ids,
+               attention_mask):
+        # [B, L] each (numeric_ids [B, L, 3]) -> [B, d_model], the [CLS] output
         return self.hidden(input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids,
-                           attention_mask)[:, 0]
+                           numeric_ids, attention_mask)[:, 0]
 
-    def hidden(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids, attention_mask,
-               new_layers: bool = True) -> torch.Tensor:
+    def hidden(self, input_ids, token_type_ids, segment, row_ids, col_ids, position_ids, match_ids, numeric_ids,
+               attention_mask, new_layers: bool = True) -> torch.Tensor:
         # [B, L] each -> [B, L, d_model] after every layer (new_layers=False: before the new ones)
-        x = self.embeddings(input_ids, token_type_ids, position_ids, row_ids, col_ids, match_ids)
+        x = self.embeddings(input_ids, token_type_ids, position_ids, row_ids, col_ids, match_ids, numeric_ids)
         kind, cfg = self.config.table_attention, self.config
         bias, attend, relations = None, None, None
         if kind == "dense":

@@ -109,7 +109,7 @@ def test_rows_are_blocks_of_text_then_header_and_cell(tok):
     config = mafid(tok).config
     blocks = row_blocks(tok, "w1 w2", ["h0", "h1"], [["w3", "w4 w5"], ["1", "2"]], config)
     assert len(blocks) == 2
-    ids, types, _ = blocks[0]
+    ids, types, _, _ = blocks[0]
     text = [tok.cls_id, *tok.encode_many(["w1 w2"])[0], tok.sep_id]
     assert ids[:len(text)] == text and ids[-1] == tok.sep_id and types[:len(text)] == [0] * len(text)
     assert set(types[len(text):]) == {1}

@@ -85,7 +85,7 @@ def test_exact_match_features_mark_what_the_text_names(tok):
     from seqenc.mafid import row_blocks
 
     config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80)
-    ids, _, match = row_blocks(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"]], config)[0]
+    ids, _, match, _ = row_blocks(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"]], config)[0]
     assert [m for i, m in zip(ids, match) if tok.decode([i]).strip() == "w5"] == [CELL_MATCH, CELL_MATCH]
 
 
@@ -172,12 +172,14 @@ def test_table_encoders_start_from_minilm(kind):
             model.embeddings.row.weight.zero_()
             model.embeddings.column.weight.zero_()
             model.embeddings.match.weight.zero_()
+            for emb in model.embeddings.numeric.children():
+                emb.weight.zero_()
         ids = torch.tensor([[101, 2003, 1037, 102, 3231, 2054, 2003, 1037]])
         types = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
         pos = torch.tensor([[0, 1, 2, 3, 0, 1, 0, 0]])
         zeros, mask = torch.zeros_like(ids), torch.ones_like(ids, dtype=torch.bool)
         with torch.no_grad():
-            ours = model.encode(ids, types, types * 2, zeros, zeros, pos, zeros, mask)
+            ours = model.encode(ids, types, types * 2, zeros, zeros, pos, zeros, torch.zeros(1, 8, 3, dtype=torch.long), mask)
             theirs = bert(input_ids=ids, token_type_ids=types, position_ids=pos).last_hidden_state[:, 0]
         assert (ours - theirs).abs().max() < 1e-4
 

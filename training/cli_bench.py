@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from training.bench.table_variants import DEFAULT_VARIANTS
 from training.cli_args import config_arg, positive_int
 
 
@@ -350,12 +351,13 @@ def add_bench_parser(sub) -> None:
                          "column shuffles, and forward+backward time and memory from 512 to 8192 tokens")
     bt.add_argument("--tables", required=True, help="folder of #-separated tables (header first)")
     bt.add_argument("--train", required=True, help="JSON Lines statements: table, statement, label")
-    bt.add_argument("--test", default=None, help="JSON Lines statements to test on (default: the train file's "
-                    "test split, by table)")
+    bt.add_argument("--test", default=None, help="JSON Lines statements to test on: every row is scored on them, "
+                    "and --train is split into train and dev by table only (default: --train's own test split)")
     bt.add_argument("--json", required=True, help="output JSON (a .md table and .png plots go beside it)")
-    bt.add_argument("--variants", default=",".join(("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid")),
-                    help="comma-separated; also MAFiD's ablations mafid_no_ema, mafid_full_ema, mafid_no_gate; "
-                    "any table variant + _minilm (e.g. mafid_minilm): initialised from MiniLM")
+    bt.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                    help="comma-separated (default: %(default)s); also dense, tableformer, mafid, tvmka_minilm; MAFiD's ablations mafid_no_ema, mafid_full_ema, mafid_no_gate; "
+                    "any table variant + _minilm (e.g. mafid_minilm): initialised from MiniLM; any of those + _wide "
+                    "(e.g. mate_wide): its classifier also reads overlap_lr's word-overlap features")
     bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}, "variants": '
                     '{"tvmka_minilm": {"train": {...}}}} (JSON or a file)')

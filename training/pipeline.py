@@ -73,6 +73,7 @@ PRETRAINED_TRAIN = {"lr_tvm": 5e-5, "lr_ka": 1e-4}
 # 1e-4, is a fine-tuning rate -- right for the MiniLM-initialised encoders, but a scratch dense or
 # MAFiD encoder did not learn even a planted cue at it. Chosen on the dev split of that control
 # task (docs/tables.md, "Learning rate of the scratch table encoders"); a given lr_task still wins.
+# The size's "table_train" adds its lookup pre-training and task steps (training.sizes).
 SCRATCH_TABLE_TRAIN = {"lr_task": 1e-3}
 # TVMKAConfig fields a pre-trained checkpoint fixes (seqenc.pretrained.config_from_bert); other
 # model overrides (tvm_positions, surprise_scoring, dropout, ...) apply to it as to a fresh model
@@ -238,7 +239,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
             "value_repeats": tok.value_repeats, "value_end": tok.value_end,
             **({"n_items": len(classes)} if spec.kind == "next_item" else {"n_classes": len(classes)})}
     model_overrides = task_model_settings(spec.kind, model_overrides, end_to_end=mode in END_TO_END)
-    init_train = PRETRAINED_TRAIN if pretrained else SCRATCH_TABLE_TRAIN if mode == "table" else {}
+    init_train = PRETRAINED_TRAIN if pretrained else \
+        {**SCRATCH_TABLE_TRAIN, **sz.get("table_train", {})} if mode == "table" else {}
     train = {**sz["train"], **init_train, "seed": seed, "mode": mode, **train_overrides}
     if mode == "table" and train.get("table_pretrain_steps"):  # lookup pre-training reads its own head
         model_overrides = {**model_overrides, "table_lookup_head": True}

@@ -19,6 +19,9 @@ SIZES = {
         # 2:1 is TrainConfig's own default, kept as the preset "paper" (seqenc.config.TRAINING_PRESETS)
         "train": {"pretrain_steps": 200, "rounds": 3, "tvm_steps_per_round": 80, "batch_tokens": 8192,
                   "ka_batch_size": 128, "tvm_ka_ratio": 0.1},
+        # a table encoder trained from scratch (mode "table"): lookup pre-training on the train tables,
+        # then the task (training.table_pretrain; chosen on the 4-row lookup task's dev split, docs/tables.md)
+        "table_train": {"table_pretrain_steps": 1500, "task_steps": 3000},
     },
     "tiny": {
         "data": {"n_blocks": 200, "anomaly_rate": 0.1, "n_sessions": 150, "n_users": 120, "n_products": 40},
@@ -26,6 +29,7 @@ SIZES = {
                   "max_positions": 64, "vocab_size": 1024, "dropout": 0.0, "attn_dropout": 0.0},
         "train": {"pretrain_steps": 10, "rounds": 2, "tvm_steps_per_round": 6, "batch_tokens": 4096,
                   "warmup_steps": 2, "log_every": 2},
+        "table_train": {"table_pretrain_steps": 200},
     },
 }
 

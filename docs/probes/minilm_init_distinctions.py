@@ -82,7 +82,7 @@ def dense_out(tables):
 
 
 def blocks_out(tables):
-    ids, types, match, mask = pad_row_blocks([row_blocks(tok, *t, blocks.config) for t in tables], tok.pad_id)
+    ids, types, match, numeric, mask = pad_row_blocks([row_blocks(tok, *t, blocks.config) for t in tables], tok.pad_id)
     B, R, L = ids.shape
     flat = mask.view(B * R, L).clone()
     flat[:, 0] = True
@@ -104,8 +104,8 @@ def ratios(encode):
 
 result = {"statements": len(cases), "dense, as initialised": ratios(dense_out)}
 with torch.no_grad():
-    for emb in (dense.embeddings.row, dense.embeddings.column, dense.embeddings.match):
+    for emb in (dense.embeddings.row, dense.embeddings.column, dense.embeddings.match, *dense.embeddings.numeric.children()):
         emb.weight.zero_()
-result["dense, row / column / match embeddings zero"] = ratios(dense_out)
+result["dense, row / column / match / numeric embeddings zero"] = ratios(dense_out)
 result["row blocks (MAFiD's), rows' [CLS] max-pooled"] = ratios(blocks_out)
 print(json.dumps(result, indent=2))

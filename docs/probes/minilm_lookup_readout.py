@@ -50,13 +50,13 @@ parts["dev"], parts["test"] = sample.permutation(parts["dev"])[:n_eval], sample.
 
 tok = ValueTokenizer.from_bert("minilm")
 base, _, readout = variant.partition("+")
-config = config_from_bert("minilm", vocab_size=tok.vocab_size, table_attention=base, n_classes=2, table_match=False,
+config = config_from_bert("minilm", vocab_size=tok.vocab_size, table_attention=base, n_classes=2, table_match=False, table_numeric=False,
                           max_table_tokens=512, max_cell_tokens=16, max_text_tokens=64)
 model = table_encoder(config)
 load_bert_table_encoder(model, "minilm")
 
 
-def row_max(input_ids, token_type_ids, match_ids, attention_mask):  # match_ids unused: this probe predates them
+def row_max(input_ids, token_type_ids, match_ids, numeric_ids, attention_mask):  # unused: this probe predates them
     # [B, R, Lr] -> each row's [CLS] after MiniLM, the largest over the example's rows -> head
     B, R, Lr = input_ids.shape
     flat = attention_mask.view(B * R, Lr).clone()

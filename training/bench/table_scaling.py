@@ -39,7 +39,7 @@ TEXT_TOKENS, COLUMNS, CELL_TOKENS = 30, 8, 4
 def synthetic_batch(tokens: int, seed: int = 0):
     """One statement (TEXT_TOKENS with [CLS] / [SEP]) and a table of COLUMNS columns of
     CELL_TOKENS-token cells, as many rows as fill ``tokens``: forward's inputs, batch 1 (the
-    exact-match ids random: they cost one embedding lookup whatever they are)."""
+    exact-match ids random, the numeric ids zero: they cost their embedding lookups whatever they are)."""
     import torch
 
     from seqenc.structure import CELL, HEADER, TEXT
@@ -59,7 +59,7 @@ def synthetic_batch(tokens: int, seed: int = 0):
     as_tensor = lambda xs: torch.tensor([xs])  # noqa: E731
     match = torch.randint(0, 3, (1, L), generator=g)  # exact-match ids (seqenc.table_inputs): any mix
     return (ids, (as_tensor(segment) != TEXT).long(), as_tensor(segment), as_tensor(rows), as_tensor(cols),
-            as_tensor(pos), match, torch.ones(1, L, dtype=torch.bool))
+            as_tensor(pos), match, torch.zeros(1, L, 3, dtype=torch.long), torch.ones(1, L, dtype=torch.bool))
 
 
 def layer_case(variant: str, positions: int):

@@ -59,25 +59,21 @@ from pathlib import Path
 
 from seqenc.catalog import check_name
 from seqenc.table_inputs import WORD, overlap_features
+from training.bench.table_variants import DEFAULT_VARIANTS, MAFID_ABLATIONS, MINILM, TABLE_VARIANTS, VARIANTS, WIDE
 
-__all__ = ["overlap_features", "perturb_table", "table_words", "bench_tables"]
+__all__ = ["DEFAULT_VARIANTS", "TABLE_VARIANTS", "VARIANTS", "bench_tables", "overlap_features", "perturb_table",
+           "table_words"]
 
 log = logging.getLogger(__name__)
 
-# MAFiD's ablations (the paper's Table 4 rows; seqenc.mafid): the same model without the EMA across
-# rows, with a full-dimensional EMA, or with the fusion's tanh gates removed
-MAFID_ABLATIONS = {"mafid_no_ema": {"mafid_ema": "none"}, "mafid_full_ema": {"mafid_ema": "full"},
-                   "mafid_no_gate": {"mafid_gate": False}}
-TABLE_VARIANTS = ("dense", "mate", "tableformer", "mafid", *MAFID_ABLATIONS)  # training mode "table"
-MINILM = "_minilm"  # a variant name + this suffix: the same model initialised from the offline MiniLM
-WIDE = "_wide"  # a table variant (+ _minilm) + this suffix: its classifier also reads the overlap features
-_ENCODERS = (*TABLE_VARIANTS, *(v + MINILM for v in TABLE_VARIANTS))
-VARIANTS = ("dense", "mate", "tableformer", "tvmka", "tvmka_minilm", "mafid", *MAFID_ABLATIONS,
-            *(v + MINILM for v in TABLE_VARIANTS), *(v + WIDE for v in _ENCODERS))
 BASELINES = ("majority", "bow_lr", "overlap_lr")
 TABLES, STATEMENTS, TASK = "tables", "statements", "verify"
 # the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
+# the bench's training of the scratch table encoders, under --config: fewer updates than the demo
+# size's table_train (1,500 + 3,000), so that the default run on TabFact (7,666 training
+# statements of ~260 tokens) fits 90 minutes of this 2-core machine (docs/tables.md)
+BENCH_TABLE_TRAIN = {"table_pretrain_steps": 600, "task_steps": 1500}
 
 SPLIT_KEY = "bench_split"  # with --test: the test file's statements carry "test" here (Task.split_key)
 CATALOG = """# seqenc bench tables: the ingested tables and statements, and the verification task
@@ -103,7 +99,7 @@ class TablesBenchSettings:
     tables: str
     train: str
     test: str | None = None
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     size: str = "demo"
     # {"model": ..., "train": ..., "variants": {variant: {"model": ..., "train": ...}}} on top of the size's
     config: dict = field(default_factory=dict)
@@ -215,7 +211,8 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     attention = {"table_attention": "mafid" if ablation else base}
     model = {**(TABLE_MODEL | attention | ablation | wide if mode == "table" else {}), **s.config.get("model", {}),
              **own.get("model", {})}
-    train = {**s.config.get("train", {}), **own.get("train", {})} or None
+    scratch_table = BENCH_TABLE_TRAIN if mode == "table" and not pretrained else {}
+    train = {**scratch_table, **s.config.get("train", {}), **own.get("train", {})} or None
     if pretrained:
         model = {k: v for k, v in model.items() if k not in ("max_positions",)}
     out = work / variant
