@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from byod_data import catalogue_text, write_orders, write_vault_logs
+from cli_error import cli_error
 
 from training.cli import main
 
@@ -28,39 +29,31 @@ def setup(tmp_path_factory):
     return {"base": base, "catalog": str(catalog), "root": str(root), "work": str(base / "work"), "orders": orders}
 
 
-def _error(argv: list[str]) -> str:
-    """The one-line message of a user error (SystemExit with text, as main raises it)."""
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    message = str(exc.value.code)
-    assert "\n" not in message and "Traceback" not in message
-    return message
-
 
 def test_missing_input_file(setup):
-    msg = _error(["ingest", "events", str(setup["base"] / "nope.jsonl"), "--root", setup["root"], "--source", "x"])
+    msg = cli_error(["ingest", "events", str(setup["base"] / "nope.jsonl"), "--root", setup["root"], "--source", "x"])
     assert msg.startswith("seqenc ingest:") and "nope.jsonl" in msg
 
 
 def test_missing_catalogue_file(setup):
-    msg = _error(["tasks", "--catalog", str(setup["base"] / "missing.toml")])
+    msg = cli_error(["tasks", "--catalog", str(setup["base"] / "missing.toml")])
     assert "does not exist" in msg and "--catalog" in msg
 
 
 def test_unknown_task(setup):
-    msg = _error(["train", "--catalog", setup["catalog"], "--task", "nosuch", "--workdir", setup["work"]])
+    msg = cli_error(["train", "--catalog", setup["catalog"], "--task", "nosuch", "--workdir", setup["work"]])
     assert "unknown task 'nosuch'" in msg and "order_stage" in msg  # lists the declared ones
 
 
 def test_unknown_source_profile(setup):
-    msg = _error(["profile", "--root", setup["root"], "--source", "nosuch"])
+    msg = cli_error(["profile", "--root", setup["root"], "--source", "nosuch"])
     assert "no ingested objects" in msg and "seqenc ingest" in msg
 
 
 def test_catalogue_error(setup, tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[sources.s]\nkind = "events"\n[tasks.t]\nsource = "s"\nkind = "clasify"\n')
-    msg = _error(["tasks", "--catalog", str(bad)])
+    msg = cli_error(["tasks", "--catalog", str(bad)])
     assert str(bad.resolve()) in msg and "[tasks.t] kind" in msg and "'multiclass'" in msg
 
 
@@ -70,7 +63,7 @@ def test_labels_that_match_no_sequence(setup, tmp_path):
     root = str(setup["base"] / "nomatch" / "data")
     assert main(["ingest", "events", str(setup["orders"]["events"]), "--root", root, "--source", "orders",
                  "--catalog", setup["catalog"], "--labels", str(labels)]) == 0
-    msg = _error(["train", "--catalog", setup["catalog"], "--task", "order_stage",
+    msg = cli_error(["train", "--catalog", setup["catalog"], "--task", "order_stage",
                   "--workdir", str(setup["base"] / "nomatch")])
     assert "match no ingested sequence" in msg and "label_id_column" in msg
 
@@ -78,7 +71,7 @@ def test_labels_that_match_no_sequence(setup, tmp_path):
 def test_labels_with_a_missing_column(setup, tmp_path):
     labels = tmp_path / "labels.csv"
     labels.write_text("id,stage\nord-0-0000,yak\n")
-    msg = _error(["ingest", "events", str(setup["orders"]["events"]), "--root", setup["root"], "--source", "orders",
+    msg = cli_error(["ingest", "events", str(setup["orders"]["events"]), "--root", setup["root"], "--source", "orders",
                   "--catalog", setup["catalog"], "--date", "2025-03-01", "--labels", str(labels)])
     assert "no column 'order_ref'" in msg and "id, stage" in msg
 
@@ -89,13 +82,13 @@ def test_one_class_only(setup, tmp_path):
     root = str(setup["base"] / "one" / "data")
     assert main(["ingest", "events", str(setup["orders"]["events"]), "--root", root, "--source", "orders_risk",
                  "--catalog", setup["catalog"], "--labels", str(labels)]) == 0
-    msg = _error(["train", "--catalog", setup["catalog"], "--task", "fraud_watch",
+    msg = cli_error(["train", "--catalog", setup["catalog"], "--task", "fraud_watch",
                   "--workdir", str(setup["base"] / "one")])
     assert "exactly two classes" in msg and "one class alone" in msg
 
 
 def test_no_sequences_in_a_date_range(setup):
-    msg = _error(["evaluate", "--workdir", setup["work"], "--task", "order_stage", "--catalog", setup["catalog"],
+    msg = cli_error(["evaluate", "--workdir", setup["work"], "--task", "order_stage", "--catalog", setup["catalog"],
                   "--date", "1999-01-01"])
     assert msg == ("seqenc evaluate: no labelled sequence of source 'orders' in ingest dates 1999-01-01; nothing to "
                    "evaluate (seqenc tasks --root ... lists what is ingested) (add -v before the command for the "
@@ -103,7 +96,7 @@ def test_no_sequences_in_a_date_range(setup):
 
 
 def test_unreadable_model_uri(setup):
-    msg = _error(["score", "--model", "models:/no-such-model/3", "--input", setup["root"], "--out",
+    msg = cli_error(["score", "--model", "models:/no-such-model/3", "--input", setup["root"], "--out",
                   str(setup["base"] / "pred"), "--tracking-dir", setup["work"]])
     assert "models:/no-such-model/3" in msg and "cannot be read" in msg
 
@@ -121,14 +114,14 @@ def test_an_unknown_seqenc_size_is_named(setup, tmp_path, monkeypatch):
     unsized = tmp_path / "unsized.toml"  # tasks that declare no size: the environment's applies
     unsized.write_text(Path(setup["catalog"]).read_text().replace('size = "tiny"', ""))
     monkeypatch.setenv("SEQENC_SIZE", "huge")
-    msg = _error(["train", "--catalog", str(unsized), "--task", "order_stage", "--workdir", setup["work"]])
+    msg = cli_error(["train", "--catalog", str(unsized), "--task", "order_stage", "--workdir", setup["work"]])
     assert "SEQENC_SIZE 'huge'" in msg and "tiny" in msg
 
 
 def test_the_demo_reads_seqenc_size_too(tmp_path, monkeypatch):
     # like every command without --size: the environment's size, checked before anything is written
     monkeypatch.setenv("SEQENC_SIZE", "huge")
-    msg = _error(["demo", "--out", str(tmp_path / "out")])
+    msg = cli_error(["demo", "--out", str(tmp_path / "out")])
     assert "SEQENC_SIZE 'huge'" in msg and not (tmp_path / "out").exists()
 
 

@@ -5,6 +5,7 @@ import json
 
 import polars as pl
 import pytest
+from cli_error import cli_error
 
 from parsers import storage
 from parsers.landing import file_kind
@@ -13,27 +14,18 @@ from seqenc.catalog import Task
 from training.cli import main
 
 
-def _error(argv: list[str]) -> str:
-    """The one-line message of a CLI user error."""
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    message = str(exc.value.code)
-    assert "\n" not in message and "Traceback" not in message
-    return message
-
-
 def test_tables_of_the_same_name_in_two_folders_are_refused_before_anything_is_written(tmp_path):
     for folder, cell in (("a", "1"), ("b", "2")):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "t.csv").write_text(f"name,score\nann,{cell}\n")
     root = tmp_path / "root"
-    msg = _error(["ingest", "table", str(tmp_path / "a" / "t.csv"), str(tmp_path / "b" / "t.csv"),
+    msg = cli_error(["ingest", "table", str(tmp_path / "a" / "t.csv"), str(tmp_path / "b" / "t.csv"),
                   "--root", str(root), "--source", "tables"])
     assert "same file name" in msg and "rename one" in msg
     assert not (root / "objects").exists()
     # x.csv beside x.csv.gz would share a part too
     (tmp_path / "a" / "t.csv.gz").write_bytes(b"")
-    assert "same file name" in _error(["ingest", "table", str(tmp_path / "a" / "t.csv"), str(tmp_path / "a" / "t.csv.gz"),
+    assert "same file name" in cli_error(["ingest", "table", str(tmp_path / "a" / "t.csv"), str(tmp_path / "a" / "t.csv.gz"),
                                        "--root", str(root), "--source", "tables"])
 
 
@@ -116,7 +108,7 @@ def test_mode_table_on_a_task_without_tables_is_refused(tmp_path):
     root = tmp_path / "work" / "data"
     assert main(["ingest", "events", str(orders["events"]), "--root", str(root), "--source", "orders",
                  "--catalog", str(catalog), "--labels", str(orders["stage"])]) == 0
-    msg = _error(["train", "--catalog", str(catalog), "--task", "order_stage", "--workdir", str(tmp_path / "work"),
+    msg = cli_error(["train", "--catalog", str(catalog), "--task", "order_stage", "--workdir", str(tmp_path / "work"),
                   "--mode", "table", "--size", "tiny", "--no-progress"])
     assert "no table_source" in msg and "--mode table" in msg
 
