@@ -1,6 +1,6 @@
 """``ingest_logs``: a raw log file -> Parquet key-value objects, in batches of lines.
 
-Reading (parsers.storage.LineReader): blocks of the file are decoded and split in one call
+Reading (parsers.line_reader.LineReader): blocks of the file are decoded and split in one call
 each; bad lines become rejects.
 
 Pass 1 (learn): per batch of lines, one polars query (streaming engine, all cores) splits the
