@@ -90,12 +90,15 @@ def test_exact_match_features_mark_what_the_text_names(tok):
 
 
 def test_configs_saved_before_a_field_load_as_they_were_trained():
-    """A saved config without table_match / tableformer_bias_scale (a model trained before they
-    existed) loads with the values it was trained with, so its weights still fit."""
-    old = {k: v for k, v in TVMKAConfig().to_dict().items() if k not in ("table_match", "tableformer_bias_scale")}
+    """A saved config without table_match / tableformer_bias_scale / table_attention (a model
+    trained before they existed or changed default) loads with the values it was trained with, so
+    its weights still fit."""
+    gone = ("table_match", "tableformer_bias_scale", "table_attention")
+    old = {k: v for k, v in TVMKAConfig().to_dict().items() if k not in gone}
     loaded = TVMKAConfig.from_dict(old)
-    assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0
-    assert TVMKAConfig().table_match is True and TVMKAConfig.from_dict(TVMKAConfig().to_dict()) == TVMKAConfig()
+    assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0 and loaded.table_attention == "dense"
+    assert (TVMKAConfig().table_match, TVMKAConfig().table_attention) == (True, "tableformer")
+    assert TVMKAConfig.from_dict(TVMKAConfig().to_dict()) == TVMKAConfig()
 
 
 def test_tableformer_scalars_move_at_their_scale(tok):
