@@ -34,6 +34,7 @@ import logging
 import sys
 from pathlib import Path
 
+from seqenc.config import TABLE_ATTENTIONS, TVMKAConfig
 from training.cli_args import config_arg, positive_int
 from training.cli_ingest import add_ingest_parser
 
@@ -270,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="default: the task's, else interleaved (Algorithm 1); no_interleave: the TVM-once-then-KA "
                        "ablation; joint: TVM-KA end to end; baselines: one BERT over flattened objects / a "
                        "record-view (Transformers4Rec-style) model; table: a table task's text + flattened table in one "
-                       "encoder, attention per --config model.table_attention (dense, mate, mate_mask, tableformer)")
+                       f"encoder, attention per --config model.table_attention ({'/'.join(TABLE_ATTENTIONS)}; default "
+                       f"{TVMKAConfig.table_attention})")
     train.add_argument("--size", default=None, choices=["demo", "tiny"],
                        help="built-in model and step sizes (default: the task's, else $SEQENC_SIZE, else demo)")
     train.add_argument("--config", default=None, metavar="JSON",
