@@ -69,6 +69,15 @@ def write_vault_logs(folder: Path, n_sessions: int = 120, seed: int = 0, day: st
     return {"logs": folder / "vault.log", "labels": folder / "breach.csv", "formats": formats}
 
 
+def write_byod(base: Path, n_orders: int = 160, n_sessions: int = 120) -> dict:
+    """The orders events and vault logs under ``base/raw`` and their catalogue ``base/seqenc.toml``."""
+    orders = write_orders(base / "raw", n_orders=n_orders)
+    vault = write_vault_logs(base / "raw", n_sessions=n_sessions)
+    catalog = base / "seqenc.toml"
+    catalog.write_text(catalogue_text(vault["formats"]))
+    return {"orders": orders, "vault": vault, "catalog": catalog}
+
+
 def catalogue_text(formats: Path, tiny_steps: bool = True) -> str:
     """Sources ``orders`` / ``orders_risk`` (the same events, two label files) and ``vault``
     (logs); tasks ``order_stage`` (4 classes), ``fraud_watch`` (binary, positive ``fraud``) and

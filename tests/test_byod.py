@@ -10,7 +10,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from byod_data import STAGES, catalogue_text, write_orders, write_vault_logs
+from byod_data import STAGES, write_byod
 
 from parsers import storage
 from seqenc.catalog import CatalogError, load_catalog
@@ -28,11 +28,7 @@ def _json(capsys) -> dict:
 @pytest.fixture(scope="module")
 def byod(tmp_path_factory):
     base = tmp_path_factory.mktemp("byod")
-    orders = write_orders(base / "raw")
-    vault = write_vault_logs(base / "raw")
-    catalog = base / "seqenc.toml"
-    catalog.write_text(catalogue_text(vault["formats"]))
-    return {"base": base, "work": base / "work", "catalog": catalog, "orders": orders, "vault": vault}
+    return {"base": base, "work": base / "work", **write_byod(base)}
 
 
 def test_ingest_with_labels_and_the_task_list(byod, capsys):

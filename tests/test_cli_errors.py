@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from byod_data import catalogue_text, write_orders, write_vault_logs
+from byod_data import write_byod
 from cli_error import cli_error
 
 from training.cli import main
@@ -19,10 +19,8 @@ from training.cli import main
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     base = tmp_path_factory.mktemp("cli-errors")
-    orders = write_orders(base / "raw", n_orders=40)
-    vault = write_vault_logs(base / "raw", n_sessions=10)
-    catalog = base / "seqenc.toml"
-    catalog.write_text(catalogue_text(vault["formats"]))
+    made = write_byod(base, n_orders=40, n_sessions=10)
+    orders, catalog = made["orders"], made["catalog"]
     root = base / "work" / "data"
     assert main(["ingest", "events", str(orders["events"]), "--root", str(root), "--source", "orders",
                  "--catalog", str(catalog), "--date", "2025-03-01", "--labels", str(orders["stage"])]) == 0

@@ -99,12 +99,10 @@ def test_labels_that_name_no_sequence_and_labels_that_disagree_are_counted(tmp_p
 def test_mode_table_on_a_task_without_tables_is_refused(tmp_path):
     with pytest.raises(ValueError, match="table_source"):
         Task(source="st", kind="binary", positive="1", mode="table")
-    from byod_data import catalogue_text, write_orders, write_vault_logs
+    from byod_data import write_byod
 
-    orders = write_orders(tmp_path / "raw", n_orders=30)
-    vault = write_vault_logs(tmp_path / "raw", n_sessions=6)
-    catalog = tmp_path / "seqenc.toml"
-    catalog.write_text(catalogue_text(vault["formats"]))
+    made = write_byod(tmp_path, n_orders=30, n_sessions=6)
+    orders, catalog = made["orders"], made["catalog"]
     root = tmp_path / "work" / "data"
     assert main(["ingest", "events", str(orders["events"]), "--root", str(root), "--source", "orders",
                  "--catalog", str(catalog), "--labels", str(orders["stage"])]) == 0
