@@ -140,3 +140,20 @@ def test_split_key_holds_an_official_test_set(tmp_path):
     with pytest.raises(ValueError, match="must be one of"):
         assign_splits(ids, np.zeros(100, dtype=np.int64), "stratified", 0, task,
                       given=pl.DataFrame({"sequence_id": ["s0"], "group": ["holdout"]}))
+
+
+def test_texts_that_name_no_table_are_an_error_or_a_count(tmp_path, caplog):
+    from training.table_task import join_tables
+
+    texts = pl.LazyFrame({"sequence_id": ["a", "a", "b", "b"], "step": [0, 1, 0, 1], "ts": [None] * 4,
+                          "key": ["claim", "sheet", "claim", "sheet"], "value": ["x", "t.csv", "y", "t.csv"],
+                          "template_id": [None] * 4})
+    with pytest.raises(ValueError, match=r"no text has the field 'table'.*fields: claim, sheet.*table_key"):
+        join_tables(texts, tmp_path, "tables", "table")
+    one_named = texts.with_columns(key=pl.when(pl.col("sequence_id") == "a").then(pl.col("key"))
+                                   .otherwise(pl.col("key").replace("sheet", "other")))
+    (tmp_path / "t.csv").write_text("name,score\nann,1\n")
+    ingest_table(tmp_path / "t.csv", tmp_path / "root", source="tables", delimiter=",")
+    with caplog.at_level("WARNING"):
+        join_tables(one_named, tmp_path / "root", "tables", "sheet")
+    assert "1 of 2 texts have no 'sheet' field" in caplog.text

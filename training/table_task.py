@@ -55,6 +55,7 @@ def join_tables(texts: pl.LazyFrame, root: str | Path, table_source: str, table_
              .agg(pl.col("value").first().alias("_table")))
     text_rows = texts.filter(pl.col("key") != table_key).with_columns(pl.col("step") + TEXT_STEP)
     text_keys = text_rows.select("key").unique().collect()["key"].implode()
+    _check_links(texts, links, table_key)
     tables = latest_tables(root, table_source)
     _report_missing(links, tables, table_source)
     table_rows = (links.join(tables.rename({"sequence_id": "_table"}), on="_table", how="inner")
@@ -62,6 +63,19 @@ def join_tables(texts: pl.LazyFrame, root: str | Path, table_source: str, table_
                                 .otherwise(pl.col("key")).alias("key"))
                   .select(texts.collect_schema().names()))
     return pl.concat([text_rows, table_rows])
+
+
+def _check_links(texts: pl.LazyFrame, links: pl.LazyFrame, table_key: str) -> None:
+    """Texts that name no table: an error when none does (``table_key`` is not the field that
+    names the tables), else a warning with their count -- never a silent text-only example."""
+    n_texts = texts.select(pl.col("sequence_id").n_unique()).collect().item()
+    n_linked = links.select(pl.len()).collect().item()
+    if n_texts and not n_linked:
+        fields = sorted(texts.select("key").unique().collect()["key"].to_list())
+        raise ValueError(f"no text has the field {table_key!r} naming its table (fields: {', '.join(fields[:10])}): "
+                         f"set the task's table_key to the field that holds the table's file name")
+    if n_linked < n_texts:
+        log.warning("%d of %d texts have no %r field: those texts have no table", n_texts - n_linked, n_texts, table_key)
 
 
 def _report_missing(links: pl.LazyFrame, tables: pl.LazyFrame, table_source: str) -> None:
