@@ -49,7 +49,7 @@ def task_model_settings(kind: str, overrides: dict, end_to_end: bool = False) ->
 # fields whose class default changed after models were saved without them: such a saved config
 # loads with the value it was trained with (TVMKAConfig.from_dict)
 LEGACY_FIELDS = {"table_match": False, "table_numeric": False, "tableformer_bias_scale": 1.0,
-                 "table_attention": "dense"}
+                 "table_attention": "dense", "table_row_match": False}
 
 
 @dataclass
@@ -201,6 +201,11 @@ class TVMKAConfig:
     # default (docs/tables.md); a config saved before the field existed loads with it off
     # (LEGACY_FIELDS), so its weights still fit
     table_match: bool = True
+    # with table_match: a cell's match id also says how many cells of its row the text names whole
+    # (seqenc.table_inputs, row_match). On: chosen on dev (docs/tables.md: the tiny lookup learned
+    # on 6 of 6 seeds by dense, against 3 of 6; lookup4 left the chance plateau at the bench's
+    # budget); off for a config saved before the field (LEGACY_FIELDS)
+    table_row_match: bool = True
     # numeric features (seqenc.table_numbers, TAPAS's): a cell's rank and inverse rank in its column
     # and its number's relation to the text's numbers, three more embeddings; on by default, off
     # for a config saved before the field (LEGACY_FIELDS)

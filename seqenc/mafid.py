@@ -45,7 +45,7 @@ from seqenc.config import TVMKAConfig, plain_config
 from seqenc.ema import LowDimEMA
 from seqenc.heads import WideHead, make_head
 from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
-from seqenc.table_inputs import MATCH_TYPES, N_OVERLAP, NO_MATCH, NO_NUMBER, overlap_batch, table_pieces
+from seqenc.table_inputs import N_OVERLAP, NO_MATCH, NO_NUMBER, match_vocabulary, overlap_batch, table_pieces
 from seqenc.table_numbers import NumericEmbeddings
 from seqenc.tokenizer import ValueTokenizer
 
@@ -82,7 +82,7 @@ def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[lis
     the header's). match_ids and numeric_ids are seqenc.table_inputs' features of the same tokens."""
     t = table_pieces(tok, text, header, rows, max_len=config.max_table_tokens,
                      max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
-                     max_rows=config.max_rows, max_columns=config.max_columns)
+                     max_rows=config.max_rows, max_columns=config.max_columns, row_match=config.table_row_match)
     blocks = []
     empty = [[[] for _ in t.header]]  # a table without rows: one block of its header
     no_numbers = [[NO_NUMBER] * len(t.header)]
@@ -106,7 +106,8 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         if config.mafid_ema not in MAFID_EMAS:
             raise ValueError(f"mafid_ema={config.mafid_ema!r} is not one of {MAFID_EMAS}")
         self.embeddings = Embeddings(config)
-        self.match = nn.Embedding(MATCH_TYPES, config.d_model) if config.table_match else None
+        self.match = nn.Embedding(match_vocabulary(config.table_row_match), config.d_model) \
+            if config.table_match else None
         self.numeric = NumericEmbeddings(config.d_model) if config.table_numeric else None
         self.encoder = Encoder(config, None, 0.0)
         self.single_row = SelfAttention(dataclasses.replace(config, n_heads=1), None, 0.0)

@@ -25,6 +25,14 @@ the header row first; every cell's tokens in a row. Per token, computed here and
   the statement names -- token identity across the text and the table, which a small encoder
   trained from scratch on a few thousand statements did not learn (docs/tables.md) -- and then
   to relate them by row. Given the first, the encoders only have to learn the second.
+  With ``row_match`` (``TVMKAConfig.table_row_match``) a cell token's id also says how many of
+  its row's cells the text names whole -- 0, 1, 2 or 3 and more (``ROW_MATCH_BUCKETS``):
+  ``match + MATCH_TYPES * bucket``, so the vocabulary grows to ``MATCH_TYPES * ROW_MATCH_BUCKETS``
+  and the ids of the text and the header stay as they were. Why: "the statement names two
+  cells of one row" is the relation a lookup or a TabFact statement is about; computed from the
+  inputs (as TAPAS's rank features are), it reaches [CLS] through one attention layer, where the
+  encoder would otherwise have to compose it from two cells' matches across the row first
+  (docs/tables.md: without it, whether a scratch run leaves the chance plateau was a coin toss).
 
 Truncation (TAPAS's order): the text keeps its first ``max_text_tokens`` tokens, each cell its
 first ``max_cell_tokens``, at most ``max_columns`` columns and ``max_rows`` data rows, then
@@ -56,6 +64,7 @@ NO_NUMBER = (0, 0, 0)  # numeric_ids of a token whose cell holds no number (the 
 # match_ids (module docstring)
 NO_MATCH, WORD_MATCH, CELL_MATCH = 0, 1, 2
 MATCH_TYPES = 3
+ROW_MATCH_BUCKETS = 4  # a row naming 0, 1, 2, 3+ cells whole (module docstring: row_match)
 WORD = re.compile(r"\w+")  # overlap_features' words
 # English function words never match (a cell "a" is not named by "the h / a of ... is h"); chosen
 # from the errors of a lookup model on its dev split (docs/tables.md)
@@ -137,12 +146,18 @@ def _cell_match(tok: ValueTokenizer, ids: list[int], words: list[tuple[int, ...]
     return [CELL_MATCH if starts else WORD_MATCH if w in text_words else NO_MATCH for w in words], starts
 
 
+def match_vocabulary(row_match: bool) -> int:
+    """How many match_ids there are (module docstring), without or with ``row_match``."""
+    return MATCH_TYPES * (ROW_MATCH_BUCKETS if row_match else 1)
+
+
 def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], max_len: int,
                  max_text_tokens: int = 64, max_cell_tokens: int = 16, max_rows: int = 256,
-                 max_columns: int = 64) -> TablePieces:
+                 max_columns: int = 64, row_match: bool = False) -> TablePieces:
     """Tokenise ``text`` + the table once and truncate in TAPAS's order: whole rows are kept
     while the flattened sequence (text, header, rows) fits ``max_len`` tokens. The match_ids
-    compare the whole text with each whole cell; a cut cell or text keeps its first tokens'."""
+    compare the whole text with each whole cell; a cut cell or text keeps its first tokens'.
+    ``row_match``: the cells' ids also carry their row's count of cells named whole."""
     columns = min(len(header), max_columns)
     rows = rows[:max_rows]
     pieces = tok.encode_words([text, *header[:columns], *(c for r in rows for c in r[:columns])])
@@ -167,7 +182,8 @@ def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[l
             out.rows_dropped = len(rows) - r
             break
         out.rows.append([c[0] for c in row])
-        out.rows_match.append([c[1] for c in row])
+        bucket = MATCH_TYPES * min(sum(1 for c in row if c[3]), ROW_MATCH_BUCKETS - 1) if row_match else 0
+        out.rows_match.append([[m + bucket for m in c[1]] for c in row])
         out.rows_numeric.append(numeric[r])
         kept += row
     # the text's side, against the kept header and cells only: CELL_MATCH on the spans that name a
@@ -184,9 +200,10 @@ def table_pieces(tok: ValueTokenizer, text: str, header: list[str], rows: list[l
 
 def encode_table_text(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], max_len: int,
                       max_text_tokens: int = 64, max_cell_tokens: int = 16, max_rows: int = 256,
-                      max_columns: int = 64) -> TableText:
+                      max_columns: int = 64, row_match: bool = False) -> TableText:
     """``text`` + the table (``header``, ``rows`` of cells) -> :class:`TableText` (module docstring)."""
-    pieces = table_pieces(tok, text, header, rows, max_len, max_text_tokens, max_cell_tokens, max_rows, max_columns)
+    pieces = table_pieces(tok, text, header, rows, max_len, max_text_tokens, max_cell_tokens, max_rows, max_columns,
+                          row_match)
     out = TableText(rows_dropped=pieces.rows_dropped, columns_dropped=pieces.columns_dropped)
     out.add(pieces.text, TEXT, 0, 0, pieces.text_match)
     out.position_ids = list(range(len(out)))  # the text counts as one cell

@@ -89,15 +89,52 @@ def test_exact_match_features_mark_what_the_text_names(tok):
     assert [m for i, m in zip(ids, match) if tok.decode([i]).strip() == "w5"] == [CELL_MATCH, CELL_MATCH]
 
 
+def test_row_match_ids_count_the_cells_a_row_has_named(tok):
+    """With row_match, a cell token's id is its match id + MATCH_TYPES x (how many cells of its
+    row the text names whole, 3 and more in one bucket); the text's and the header's ids do not
+    change, and without row_match nothing does. A true lookup names two cells of one row, its
+    swapped (false) twin one cell in each of two rows: the ids tell the two apart."""
+    from seqenc.mafid import row_blocks
+    from seqenc.table_inputs import CELL_MATCH, MATCH_TYPES, NO_MATCH, WORD_MATCH, match_vocabulary
+
+    header, rows = ["h0", "h1", "h2"], [["w1", "w2", "w3"], ["w4", "w5", "w6"], ["w7", "w8 w9", "w8"]]
+
+    def cells(text, row_match=True):
+        e = encode_table_text(tok, text, header, rows, max_len=100, row_match=row_match)
+        return e, [(r, m) for s, r, m in zip(e.segment, e.row_ids, e.match_ids) if s == CELL]
+
+    true, got = cells("w1 w2")
+    assert got[:3] == [(1, CELL_MATCH + 2 * MATCH_TYPES)] * 2 + [(1, NO_MATCH + 2 * MATCH_TYPES)]
+    assert {m for r, m in got if r > 1} == {NO_MATCH}  # rows naming no cell: bucket 0
+    false, got = cells("w1 w5")
+    assert [m for r, m in got if r <= 2] == [CELL_MATCH + MATCH_TYPES, NO_MATCH + MATCH_TYPES, NO_MATCH + MATCH_TYPES,
+                                             NO_MATCH + MATCH_TYPES, CELL_MATCH + MATCH_TYPES, NO_MATCH + MATCH_TYPES]
+    _, got = cells("w7 w8 w9 w8")  # three cells named: the last bucket; "w8 w9" is also a word match of "w8"'s row
+    assert {m for r, m in got if r == 3} == {CELL_MATCH + 3 * MATCH_TYPES}
+    _, got = cells("w8 w1")  # "w8" names the cell "w8" whole and shares a word with "w8 w9"
+    assert [m for r, m in got if r == 3] == [NO_MATCH + MATCH_TYPES, WORD_MATCH + MATCH_TYPES, NO_MATCH + MATCH_TYPES,
+                                             CELL_MATCH + MATCH_TYPES]
+    plain, _ = cells("w1 w2", row_match=False)
+    assert max(plain.match_ids) < MATCH_TYPES <= max(true.match_ids) < match_vocabulary(True)
+    text_and_header = [m for m, s in zip(plain.match_ids, plain.segment) if s != CELL]
+    assert text_and_header == [m for m, s in zip(true.match_ids, true.segment) if s != CELL]
+    # MAFiD's row blocks carry the same ids
+    config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=True)
+    _, _, match, _ = row_blocks(tok, "w1 w2", header, rows, config)[0]
+    assert CELL_MATCH + 2 * MATCH_TYPES in match
+
+
 def test_configs_saved_before_a_field_load_as_they_were_trained():
     """A saved config without table_match / tableformer_bias_scale / table_attention (a model
     trained before they existed or changed default) loads with the values it was trained with, so
     its weights still fit."""
-    gone = ("table_match", "tableformer_bias_scale", "table_attention")
+    gone = ("table_match", "tableformer_bias_scale", "table_attention", "table_row_match")
     old = {k: v for k, v in TVMKAConfig().to_dict().items() if k not in gone}
     loaded = TVMKAConfig.from_dict(old)
     assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0 and loaded.table_attention == "dense"
+    assert loaded.table_row_match is False
     assert (TVMKAConfig().table_match, TVMKAConfig().table_attention) == (True, "tableformer")
+    assert TVMKAConfig().table_row_match is True
     assert TVMKAConfig.from_dict(TVMKAConfig().to_dict()) == TVMKAConfig()
 
 
