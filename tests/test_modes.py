@@ -75,3 +75,53 @@ def test_an_end_to_end_mode_resumes_exactly(prepared, tmp_path):
     resumed = pipeline.resume_train(job, progress=False)
     assert resumed["metrics"]["test"] == expected["metrics"]["test"]
     assert resumed["metrics"]["dev"] == expected["metrics"]["dev"]
+
+
+def test_keep_best_scores_and_saves_the_best_dev_evaluation_and_resumes_exactly(prepared, tmp_path):
+    """keep_best (TrainConfig; the default of a scratch table encoder): the final model is the
+    weights of the dev evaluation with the best headline metric -- its final_dev equals that
+    evaluation's, the saved bundle scores as it does -- and the copy survives a resume."""
+    straight, killed = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(prepared, straight)
+    shutil.copytree(prepared, killed)
+    overrides = {**STEPS, "task_steps": 12, "rounds": 3, "eval_every": 1, "keep_best": True, "checkpoint_every": 3,
+                 "lr_task": 3e-3}
+    result = pipeline.stage_train(str(straight), "anomaly", "tiny", progress=False, mode="flattened",
+                                  train_overrides=overrides)
+    mlflow.set_tracking_uri(f"sqlite:///{straight / 'mlflow.db'}")
+    history = [(m.step, m.value) for m in mlflow.MlflowClient().get_metric_history(result["run_id"], "dev/f1")]
+    best_step, best = max(history, key=lambda p: (p[1], -p[0]))  # the first of the best
+    assert len({v for _, v in history}) > 1, history  # the evaluations differ, so the choice is a real one
+    assert result["metrics"]["best_step"] == best_step < max(history)[0]  # not the last evaluation here
+    assert result["metrics"]["dev"]["f1"] == pytest.approx(best) != max(history)[1]
+    # the saved bundle is that model: scoring the dev split with it gives the same dev f1
+    scored = pipeline.stage_score(str(straight), "anomaly", split="dev", progress=False)
+    assert scored["metrics"]["f1"] == pytest.approx(best)
+    # stopped after the first checkpoint, resumed: the same best, the same final model
+    job = pipeline.job_dir(killed, "anomaly")
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_step_4(metrics, step):
+        if step == 4:
+            raise Stop
+
+    log = pipeline.tracking.log_metrics
+    pipeline.tracking.log_metrics = stop_at_step_4
+    try:
+        with pytest.raises(Stop):
+            pipeline.stage_train(str(killed), "anomaly", "tiny", progress=False, mode="flattened",
+                                 train_overrides=overrides)
+    finally:
+        pipeline.tracking.log_metrics = log
+    resumed = pipeline.resume_train(job, progress=False)
+    assert resumed["metrics"]["best_step"] == best_step
+    assert resumed["metrics"]["test"] == result["metrics"]["test"]
+
+
+def test_keep_best_is_refused_where_caches_would_not_match_the_weights():
+    from training.trainer import TrainConfig
+
+    with pytest.raises(ValueError, match="keep_best is for the end-to-end modes"):
+        TrainConfig(mode="interleaved", keep_best=True)

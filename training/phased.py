@@ -7,7 +7,9 @@ engines (optimizer + schedule), every RNG, the subclass's extra state (e.g. the 
 and the position, so a resumed run continues exactly where the saved one stood.
 
 Subclasses define the phases (:meth:`run_phase`), which networks the engines train, and their
-RNG sources. Metric names are the same in every mode: ``train/mlm_loss``, ``train/task_loss``,
+RNG sources. With ``keep_best`` (end-to-end modes) every dev evaluation whose headline metric
+beats the best so far keeps a copy of the weights (in the checkpoints too), and the final phase
+evaluates, and the run saves, those weights. Metric names are the same in every mode: ``train/mlm_loss``, ``train/task_loss``,
 ``dev/<metric>`` (during training), ``final_dev/<metric>`` and ``test/<metric>`` (the final
 model, binary threshold fitted on dev); the x axis is the global update count, and every
 (metric, step) is logged once.
@@ -64,6 +66,7 @@ class PhasedTrainer:
         self.step = 0  # global update counter across networks (the MLflow step axis)
         self.phase = self.phase_step = 0
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        self.best: dict | None = None  # keep_best: {"step", "score", "weights"} of the best dev evaluation
         self.rank, self.world = data_parallel(cfg.deepspeed)  # (0, 1) without DeepSpeed
         if cfg.deepspeed is None:
             model.to(training_device(cfg.device))  # before the engines: their optimizers hold these parameters
@@ -100,6 +103,10 @@ class PhasedTrainer:
         t0, final = time.time(), None
         while self.phase < len(self.plan):
             kind, round_no, steps = self.plan[self.phase]
+            if kind == "final" and self.best is not None:
+                self.model.load_state_dict(self.best["weights"])
+                log.info("final model: the weights of the best dev evaluation (step %d, dev %s %.4f)",
+                         self.best["step"], headline(self.task), self.best["score"])
             summary = self.run_phase(kind, round_no, steps) or {}
             if kind == "final":
                 final, summary = summary, {f"final_dev/{k}": v for k, v in summary["dev"].items()} | \
@@ -115,6 +122,7 @@ class PhasedTrainer:
             if kind != "final":
                 self.save_checkpoint()
         final["seconds"] = time.time() - t0
+        final["best_step"] = self.best["step"] if self.best is not None else None  # keep_best
         final["headline"] = headline(self.task)
         final["train_config"] = asdict(self.cfg)
         return final
@@ -140,6 +148,10 @@ class PhasedTrainer:
     def log_dev(self, round_no: int) -> dict:
         dev = self.evaluate(splits=("dev",))["dev"]
         self.log_metrics({f"dev/{k}": v for k, v in dev.items()} | {"round": round_no}, self.step)
+        score = dev[headline(self.task)]
+        if self.cfg.keep_best and (self.best is None or score > self.best["score"]):  # ties keep the earlier
+            self.best = {"step": self.step, "score": float(score),
+                         "weights": {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}}
         return {f"dev/{k}": v for k, v in dev.items()}
 
     def maybe_eval(self, steps: int, round_no: int) -> None:
@@ -175,6 +187,7 @@ class PhasedTrainer:
             "history": {k: [list(p) for p in v] for k, v in self.history.items()},
             "run_ids": self.run_ids,
             "train_config": asdict(self.cfg),
+            "best": self.best,
         }
         return self.checkpoints.save(self.step, {"model": self.model}, state)
 
@@ -194,6 +207,7 @@ class PhasedTrainer:
         self.load_extra_state(state["extra"])
         self.history = defaultdict(list, {k: [tuple(p) for p in v] for k, v in state["history"].items()})
         self.run_ids = state["run_ids"]
+        self.best = state.get("best")
         log.info("resumed from %s at step %d (phase %d, step %d in phase)", path, self.step, self.phase,
                  self.phase_step)
         return True

@@ -80,6 +80,9 @@ class TrainConfig:
     seed: int = 0
     log_every: int = 20
     eval_every: int = 0  # KA steps between dev evaluations inside a round (0: once per round)
+    # end-to-end modes: the final model (scored, saved) is the weights of the best dev evaluation
+    # (training.phased), not the last update's -- early stopping by dev, as HF's load_best_model_at_end
+    keep_best: bool = False
     checkpoint_every: int = 0  # global steps between checkpoints (0: phase boundaries only)
     deepspeed: str | dict | None = None  # a DeepSpeed config (path or dict): train under DeepSpeed
     task_steps: int = 0  # end-to-end modes: updates in all (0: as many as the interleaved run makes)
@@ -100,6 +103,9 @@ class TrainConfig:
             raise ValueError(f"mlm_mask_unit {self.mlm_mask_unit!r} is not one of {MASK_UNITS}")
         if self.mlm_sequences not in MLM_SEQUENCES:
             raise ValueError(f"mlm_sequences {self.mlm_sequences!r} is not one of {MLM_SEQUENCES}")
+        if self.keep_best and self.mode not in END_TO_END:
+            raise ValueError(f"keep_best is for the end-to-end modes {END_TO_END}: mode {self.mode!r} scores with "
+                             "caches (KRs) that the weights of an earlier evaluation no longer match")
         if self.table_pretrain_steps < 0 or not self.table_pretrain_rows or min(self.table_pretrain_rows) < 0 \
                 or 1 in self.table_pretrain_rows:
             raise ValueError(f"table_pretrain_steps={self.table_pretrain_steps} must be >= 0 and table_pretrain_rows="
