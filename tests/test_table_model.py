@@ -84,7 +84,7 @@ def test_exact_match_features_mark_what_the_text_names(tok):
     # the same features reach MAFiD's row blocks, token for token
     from seqenc.mafid import row_blocks
 
-    config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80)
+    config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=False)  # plain ids here
     ids, _, match, _ = row_blocks(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"]], config)[0]
     assert [m for i, m in zip(ids, match) if tok.decode([i]).strip() == "w5"] == [CELL_MATCH, CELL_MATCH]
 
