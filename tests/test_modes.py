@@ -27,6 +27,27 @@ def metric_names(workdir, run_id) -> set[str]:
     return set(mlflow.MlflowClient().get_run(run_id).data.metrics)
 
 
+def train_until_killed(workdir, overrides: dict, at_step: int):
+    """A flattened-mode training of ``workdir`` that dies when it logs ``at_step``; its job dir."""
+
+    class Stop(Exception):
+        pass
+
+    def stop(metrics, step):
+        if step == at_step:
+            raise Stop
+
+    log = pipeline.tracking.log_metrics
+    pipeline.tracking.log_metrics = stop
+    try:
+        with pytest.raises(Stop):
+            pipeline.stage_train(str(workdir), "anomaly", "tiny", progress=False, mode="flattened",
+                                 train_overrides=overrides)
+    finally:
+        pipeline.tracking.log_metrics = log
+    return pipeline.job_dir(workdir, "anomaly")
+
+
 @pytest.mark.parametrize("mode", list(ARCH))
 def test_every_mode_trains_logs_the_same_names_and_saves_its_model(prepared, tmp_path, mode):
     work = tmp_path / "w"
@@ -54,23 +75,7 @@ def test_an_end_to_end_mode_resumes_exactly(prepared, tmp_path):
     overrides = {**STEPS, "checkpoint_every": 3}
     expected = pipeline.stage_train(str(straight), "anomaly", "tiny", progress=False, mode="flattened",
                                     train_overrides=overrides)
-    job = pipeline.job_dir(killed, "anomaly")
-
-    class Stop(Exception):
-        pass
-
-    def stop_at_step_7(metrics, step):
-        if step == 7:
-            raise Stop
-
-    log = pipeline.tracking.log_metrics
-    pipeline.tracking.log_metrics = stop_at_step_7
-    try:
-        with pytest.raises(Stop):
-            pipeline.stage_train(str(killed), "anomaly", "tiny", progress=False, mode="flattened",
-                                 train_overrides=overrides)
-    finally:
-        pipeline.tracking.log_metrics = log
+    job = train_until_killed(killed, overrides, at_step=7)
     assert (job / "checkpoints" / "latest").read_text() == "step-000000006"
     resumed = pipeline.resume_train(job, progress=False)
     assert resumed["metrics"]["test"] == expected["metrics"]["test"]
@@ -98,23 +103,7 @@ def test_keep_best_scores_and_saves_the_best_dev_evaluation_and_resumes_exactly(
     scored = pipeline.stage_score(str(straight), "anomaly", split="dev", progress=False)
     assert scored["metrics"]["f1"] == pytest.approx(best)
     # stopped after the first checkpoint, resumed: the same best, the same final model
-    job = pipeline.job_dir(killed, "anomaly")
-
-    class Stop(Exception):
-        pass
-
-    def stop_at_step_4(metrics, step):
-        if step == 4:
-            raise Stop
-
-    log = pipeline.tracking.log_metrics
-    pipeline.tracking.log_metrics = stop_at_step_4
-    try:
-        with pytest.raises(Stop):
-            pipeline.stage_train(str(killed), "anomaly", "tiny", progress=False, mode="flattened",
-                                 train_overrides=overrides)
-    finally:
-        pipeline.tracking.log_metrics = log
+    job = train_until_killed(killed, overrides, at_step=4)
     resumed = pipeline.resume_train(job, progress=False)
     assert resumed["metrics"]["best_step"] == best_step
     assert resumed["metrics"]["test"] == result["metrics"]["test"]
