@@ -9,10 +9,10 @@ and the position, so a resumed run continues exactly where the saved one stood.
 Subclasses define the phases (:meth:`run_phase`), which networks the engines train, and their
 RNG sources. With ``keep_best`` (end-to-end modes) every dev evaluation whose headline metric
 beats the best so far keeps a copy of the weights (in the checkpoints too), and the final phase
-evaluates, and the run saves, those weights. Metric names are the same in every mode: ``train/mlm_loss``, ``train/task_loss``,
-``dev/<metric>`` (during training), ``final_dev/<metric>`` and ``test/<metric>`` (the final
-model, binary threshold fitted on dev); the x axis is the global update count, and every
-(metric, step) is logged once.
+evaluates, and the run saves, those weights. Metric names are the same in every mode:
+``train/mlm_loss``, ``train/task_loss``, ``dev/<metric>`` (during training), ``final_dev/<metric>``
+and ``test/<metric>`` (the final model, binary threshold fitted on dev); the x axis is the global
+update count, and every (metric, step) is logged once.
 """
 
 from __future__ import annotations
