@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import polars as pl
 
-from parsers.presets import LogFormat
+from parsers.presets import KEEP, LogFormat, value_pattern
 
 _SLOT = re.compile(r"(<[A-Z][A-Z0-9_]*>|<\*>)")
 
@@ -50,8 +50,8 @@ def split_headers(frame: pl.LazyFrame, fmt: LogFormat) -> pl.LazyFrame:
 
 def mask(content: pl.Expr, fmt: LogFormat) -> pl.Expr:
     """The content with every mask applied in order (what Drain3's masker does per line)."""
-    for pattern, name in fmt.masks:
-        content = content.str.replace_all(pattern, f"<{name}>")
+    for pattern, name in fmt.masks:  # a keep group's text stays before the token: ${keep} (parsers.presets)
+        content = content.str.replace_all(pattern, ("${keep}" if KEEP in pattern else "") + f"<{name}>")
     return content
 
 
@@ -60,7 +60,10 @@ def template_regex(template: str, masks: tuple[tuple[str, str], ...]) -> tuple[s
     """A regex that matches the original content of a line of ``template`` and captures its
     slots as groups ``p0, p1, ...``: a mask slot with the mask's own pattern, a Drain wildcard
     ``<*>`` lazily; the spaces between template tokens match any whitespace run."""
-    by_name = {name: pattern for pattern, name in masks}
+    by_name: dict[str, str] = {}  # masks sharing a name (two DATETIME layouts): either of them
+    for pattern, name in masks:
+        value = value_pattern(pattern)
+        by_name[name] = f"{by_name[name]}|(?:{value})" if name in by_name else f"(?:{value})"
     parts, names = [], []
     for i, piece in enumerate(_SLOT.split(template)):
         if i % 2:  # a slot

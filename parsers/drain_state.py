@@ -10,7 +10,12 @@ the same information as plain data and never calls jsonpickle::
      "clusters_counter": 17,
      "clusters": [{"id": 1, "template_tokens": ["BLOCK*", "NameSystem.allocateBlock:", "<PATH>", "<BLK>"],
                    "size": 30}, ...],
-     "tree": {"cluster_ids": [], "children": {"4": {"cluster_ids": [], "children": {...}}, ...}}}
+     "tree": {"cluster_ids": [], "children": {"4": {"cluster_ids": [], "children": {...}}, ...}},
+     "word_split": {"max_words": 3, "words": [[id, [["word", ...] or null per position]], ...],
+                    "events": [[template id, ["word", ...], event id], ...]}}
+
+``word_split`` (parsers.word_split) is there when the format splits templates by words; a file
+without it (older ones) loads with no words seen yet.
 
 Choices:
 
@@ -68,8 +73,8 @@ class StateError(ValueError):
 
 # ---------------------------------------------------------------- the new format: dump and load
 
-def dump_state(drain: DrainBase) -> dict:
-    """The drain's clusters, prefix tree and settings as plain JSON data."""
+def dump_state(drain: DrainBase, word_split=None) -> dict:
+    """The drain's clusters, prefix tree and settings (and the miner's word splits) as plain JSON data."""
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -78,7 +83,8 @@ def dump_state(drain: DrainBase) -> dict:
         "clusters": [{"id": c.cluster_id, "template_tokens": list(c.log_template_tokens), "size": c.size}
                      for c in _clusters_in_order(drain)],
         "tree": _dump_node(drain.root_node),
-    }
+    } | ({"word_split": word_split.dump()} if word_split is not None and (word_split.max_words or word_split.words)
+         else {})
 
 
 def miner_settings(drain: DrainBase) -> dict:
@@ -108,12 +114,13 @@ def _dump_node(node: Node) -> dict:
             "children": {token: _dump_node(child) for token, child in node.key_to_child_node.items()}}
 
 
-def load_state(data: object, drain: DrainBase) -> None:
+def load_state(data: object, drain: DrainBase, word_split=None) -> None:
     """Check ``data`` (parsed JSON) field by field and restore it into ``drain``.
 
     Raises :class:`StateError` (a ``ValueError``) on the first problem; ``drain`` is changed
     only when everything passed."""
-    top = _fields(data, _TOP_KEYS, "the state")
+    optional = {"word_split"} & set(data) if isinstance(data, dict) else set()  # absent before issue 49
+    top = _fields(data, _TOP_KEYS | optional, "the state")
     if top["format"] != FORMAT:
         raise StateError(f"format is {top['format']!r}, expected {FORMAT!r}")
     if top["version"] != VERSION or not _is_int(top["version"]):
@@ -143,7 +150,14 @@ def load_state(data: object, drain: DrainBase) -> None:
     if settings["max_clusters"] is None and in_tree != set(clusters):  # a bounded drain may keep evicted ids
         raise StateError(f"the tree and the clusters disagree on cluster ids {sorted(in_tree ^ set(clusters))[:5]}")
 
+    loaded_split = None
+    if "word_split" in top and word_split is not None:
+        loaded_split = type(word_split)(word_split.max_words)
+        loaded_split.load(top["word_split"], _check)
+
     # all checked: restore
+    if loaded_split is not None:
+        word_split.words, word_split.events = loaded_split.words, loaded_split.events
     if settings["max_clusters"] is None:
         drain.id_to_cluster = clusters
     else:
@@ -216,6 +230,11 @@ def _fields(data: object, keys: set[str], where: str) -> dict:
     return data
 
 
+def _check(ok: object, where: str) -> None:
+    if not ok:
+        raise StateError(f"{where} is not valid")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -252,14 +271,14 @@ class DrainStateFile:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
 
-    def save(self, drain: DrainBase, reason: str = "") -> None:
-        state = dump_state(drain)  # counted from the dump: reading a bounded drain's clusters reorders its LRU
+    def save(self, drain: DrainBase, reason: str = "", word_split=None) -> None:
+        state = dump_state(drain, word_split)  # counted from the dump: reading a bounded drain's clusters reorders its LRU
         text = json.dumps(state, ensure_ascii=False, separators=(",", ":"))
         storage.write_bytes_atomic(text.encode("utf-8"), self.path)
         logger.info("saved Drain3 state of %d clusters (%d messages) to %s%s", len(state["clusters"]),
                     sum(c["size"] for c in state["clusters"]), self.path, f" ({reason})" if reason else "")
 
-    def load(self, drain: DrainBase) -> bool:
+    def load(self, drain: DrainBase, word_split=None) -> bool:
         """Restore ``drain`` from the file; False when there is no file yet."""
         if not self.path.exists():
             logger.info("no Drain3 state at %s: starting a fresh template tree", self.path)
@@ -271,13 +290,13 @@ class DrainStateFile:
                 data = from_jsonpickle(data)
             elif tag := find_pickle_tags(data):
                 raise StateError(f"contains the jsonpickle tag {tag!r}")
-            load_state(data, drain)
+            load_state(data, drain, word_split)
         except StateError as e:
             raise self._refused(kind + str(e)) from None
         except RecursionError:
             raise self._refused(kind + "nested too deeply") from None
         if old:
-            self.save(drain, "migration")
+            self.save(drain, "migration", word_split)
             logger.warning("migrated %s from Drain3's jsonpickle format to %s version %d (%d clusters)",
                            self.path, FORMAT, VERSION, len(drain.clusters))
         logger.info("restored %d Drain3 clusters from %s", len(drain.clusters), self.path)
@@ -317,7 +336,7 @@ class DrainStateFile:
 
 # ---------------------------------------------------------------- migration from Drain3's jsonpickle format
 
-DRAIN_CLASSES = {"drain3.drain.Drain", "parsers.drain.MaskAwareDrain"}
+DRAIN_CLASSES = {"drain3.drain.Drain", "parsers.drain.MaskAwareDrain", "parsers.drain.ShapeAwareDrain"}
 CACHE_CLASSES = {"drain3.drain.LogClusterCache", "cachetools.LRUCache"}
 NODE_CLASS, CLUSTER_CLASS = "drain3.drain.Node", "drain3.drain.LogCluster"
 NULL_PROFILER = "drain3.simple_profiler.NullProfiler"

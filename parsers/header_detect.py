@@ -49,7 +49,7 @@ EPOCH_RANGE = (946_684_800, 2_208_988_800)  # seconds since 1970 of 2000-01-01 a
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)[a-z]*"
 _DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)[a-z]*"
-_CLOCK = r"\d{1,2}:\d{2}(?::\d{2})?(?:[.,:]\d{1,9})?"
+_CLOCK = r"\d{1,2}:\d{1,2}(?::\d{1,2})?(?:[.,:]\d{1,9})?"  # minutes, seconds may lack their zero (HealthApp: 23:1:5:778)
 _TZ = r"(?:Z|[+-]\d{2}:?\d{2})?"
 # date + clock layouts, the longest first; each part separated by spaces becomes a field
 _TIMESTAMPS = (
@@ -63,7 +63,7 @@ _TIMESTAMPS = (
     rf"\d{{1,2}}/{_MONTH}/\d{{4}}:{_CLOCK}(?:\s+[+-]\d{{4}})?",  # 01/May/2023:10:00:00 +0000 (access logs)
     r"\d{6}\s+\d{6}",  # 081109 203615 (checked as a date and a time below)
     r"\d{4}[-/.]\d{1,2}[-/.]\d{1,2}",  # a date alone
-    _CLOCK.replace("(?::\\d{2})?", ":\\d{2}"),  # a clock alone (hh:mm:ss)
+    r"\d{1,2}:\d{2}:\d{1,2}(?:[.,:]\d{1,9})?",  # a clock alone (hh:mm:ss)
 )
 # strptime formats tried on the joined parts of a timestamp (joined by one space, as ingest does):
 # each date + clock layout with its seconds bare or with a fraction after "." "," or ":", and the

@@ -38,7 +38,7 @@ import polars as pl
 import pyarrow as pa
 
 from parsers import columns, storage
-from parsers.logs import LineParser, load_key_names, slot_names
+from parsers.logs import LineParser, events_of, load_key_names, slot_names
 from parsers.presets import LogFormat, resolve
 from parsers.sessions import SessionSpec
 from parsers.spill import SequenceRows, Spill
@@ -106,21 +106,12 @@ class Learner:
 
     def _clusters(self, masked: pl.Series) -> pl.Series:
         """Cluster id per line: each distinct masked content new to the run goes to Drain3 once,
-        in file order; repeats only add to the cluster's size."""
+        in file order; repeats only add to the cluster's size. With word splits, each distinct
+        content's cluster is kept (``contents``) for :meth:`events`."""
         if self.assign is not None:
             return self.assign(masked)
-        drain, cache = self.parser.miner.drain, self.parser._clusters  # bounded: LineParser.cache_cluster
         counts = dict(masked.value_counts().iter_rows())
-        ids = {}
-        for text in masked.unique(maintain_order=True).to_list():
-            cluster = cache.get(text)
-            if cluster is None:
-                cluster, _ = drain.add_log_message(text)
-                self.parser.cache_cluster(text, cluster)
-                cluster.size += counts[text] - 1
-            else:
-                cluster.size += counts[text]
-            ids[text] = cluster.cluster_id
+        ids = {text: self.parser.cluster(text, counts[text]).cluster_id for text in masked.unique(maintain_order=True)}
         return masked.replace_strict(ids, return_dtype=pl.Int64)
 
     def _window_ids(self, frame: pl.DataFrame) -> pl.Series:
@@ -184,6 +175,34 @@ class Learner:
         codes = self.rows.add(exploded["line_no"], exploded["sid"], exploded["ts"])
         if self.fmt.label_field:
             self.anomalous.update(codes[(exploded[self.fmt.label_field] != "-").to_numpy()].tolist())
+
+
+class WordSplitEvents:
+    """Pass 2's word splits (parsers.word_split): the lines of a template that splits get their
+    event's id, and ``templates`` the event's template. Decided on the state after pass 1, as the
+    parallel merge decides it after each file's contents; event ids are drawn in the order the
+    file first shows each content. Only the lines of a splitting template are masked again."""
+
+    def __init__(self, fmt: LogFormat, miner, templates: dict) -> None:
+        self.fmt, self.miner, self.templates = fmt, miner, templates
+        split = miner.word_split
+        self.clusters = {c.cluster_id: c for c in miner.drain.clusters
+                         if split.split_positions(c.cluster_id, c.log_template_tokens)}
+
+    def apply(self, batch: pl.DataFrame) -> pl.DataFrame:
+        if not self.clusters or not batch.height:
+            return batch
+        hit = batch["cluster"].is_in(list(self.clusters))
+        if not hit.any():
+            return batch
+        rows = batch.filter(hit).select("cluster", masked=columns.mask(pl.col("Content"), self.fmt))
+        contents = {text: self.clusters[cid] for cid, text in rows.unique(subset="masked", maintain_order=True).iter_rows()}
+        events = events_of(self.miner, contents)
+        self.templates |= {eid: template for eid, template in events.values()}
+        ids = batch["cluster"].to_numpy().copy()
+        ids[hit.to_numpy()] = rows["masked"].replace_strict({t: e for t, (e, _) in events.items()},
+                                                            return_dtype=pl.Int64).to_numpy()
+        return batch.with_columns(cluster=pl.Series(ids, dtype=pl.Int64))
 
 
 @dataclass
@@ -332,11 +351,14 @@ def _ingest_logs(log_path, root, source: str, preset, ingest_date, session: Sess
 
         # ---- pass 2: slots against the final templates, long-form rows, streamed to Parquet
         templates = frozen.templates if frozen else {c.cluster_id: c.get_template() for c in miner.drain.clusters}
+        splits = None if frozen else WordSplitEvents(fmt, miner, templates)
         key_names = load_key_names(fmt)
         counts = {"param_failures": 0}
 
         def objects():
             for batch in spill:
+                if splits is not None:
+                    batch = splits.apply(batch)
                 if batch.height:
                     groups = _groups(batch, templates, miner, fmt, key_names, counts)
                     yield _objects(groups, learner.rows.of_lines(batch["line_no"]), learner.rows)

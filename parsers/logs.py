@@ -25,19 +25,21 @@ import csv
 import datetime as dt
 import json
 import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 from drain3 import TemplateMiner
-from drain3.masking import MaskingInstruction
+from drain3.masking import AbstractMaskingInstruction, MaskingInstruction
 from drain3.template_miner_config import TemplateMinerConfig
 
 from parsers import storage
-from parsers.drain import MaskAwareDrain
+from parsers.drain import MaskAwareDrain, ShapeAwareDrain
 from parsers.drain_state import DrainStateFile
-from parsers.presets import DEFAULT_MASKS, HDFS, PRESETS, LogFormat, resolve  # noqa: F401  (re-exported)
+from parsers.presets import DEFAULT_MASKS, HDFS, KEEP, PRESETS, LogFormat, resolve, value_pattern  # noqa: F401
+from parsers.word_split import WordSplit
 
 logger = logging.getLogger(__name__)
 
@@ -55,29 +57,76 @@ class StateFileMiner(TemplateMiner):
     once, after its Parquet files.
     """
 
-    def __init__(self, config: TemplateMinerConfig, state_file: DrainStateFile | None) -> None:
+    def __init__(self, config: TemplateMinerConfig, state_file: DrainStateFile | None, shapes: bool = False,
+                 split_words: int = 0) -> None:
         super().__init__(None, config)
-        self.drain.__class__ = MaskAwareDrain  # masked values count as parameters (parsers.drain)
+        # masked values count as parameters; with shapes, tokens holding one compare by shape (parsers.drain)
+        self.drain.__class__ = ShapeAwareDrain if shapes else MaskAwareDrain
+        self.word_split = WordSplit(split_words)  # saved with the tree (parsers.drain_state)
         self.persistence_handler = state_file
         if state_file is not None:
             self.load_state()
 
     def load_state(self) -> None:
-        self.persistence_handler.load(self.drain)
+        self.persistence_handler.load(self.drain, self.word_split)
 
     def save_state(self, snapshot_reason: str) -> None:
-        self.persistence_handler.save(self.drain, snapshot_reason)
+        self.persistence_handler.save(self.drain, snapshot_reason, self.word_split)
+
+
+class KeepMask(AbstractMaskingInstruction):
+    """A mask whose pattern starts with a ``keep`` group (parsers.presets.value_pattern): the
+    group's text stays before the mask token (``blk_-42`` -> ``blk_<ID>``). ``regex`` matches
+    the value alone, which is what Drain3's parameter extraction reads from a template."""
+
+    def __init__(self, pattern: str, mask_with: str) -> None:
+        super().__init__(mask_with)
+        self.full = re.compile(pattern)
+        self.regex = re.compile(value_pattern(pattern))
+
+    @property
+    def pattern(self) -> str:
+        return self.regex.pattern
+
+    def mask(self, content: str, mask_prefix: str, mask_suffix: str) -> str:
+        token = mask_prefix + self.mask_with + mask_suffix
+        return self.full.sub(lambda m: (m.group("keep") or "") + token, content)
+
+
+def mask_instruction(pattern: str, name: str) -> AbstractMaskingInstruction:
+    return KeepMask(pattern, name) if KEEP in pattern else MaskingInstruction(pattern, name)
 
 
 def make_miner(fmt: LogFormat, state_path: str | Path | None) -> StateFileMiner:
     """A Drain3 template miner configured for ``fmt``; loads the state file if present (a
     ``ValueError`` naming the file when it is not a seqenc state)."""
     config = TemplateMinerConfig()
-    config.masking_instructions = [MaskingInstruction(p, name) for p, name in fmt.masks]
+    config.masking_instructions = [mask_instruction(p, name) for p, name in fmt.masks]
     config.drain_depth = fmt.depth
     config.drain_sim_th = fmt.sim_th
     config.drain_extra_delimiters = list(fmt.extra_delimiters)
-    return StateFileMiner(config, DrainStateFile(state_path) if state_path else None)
+    return StateFileMiner(config, DrainStateFile(state_path) if state_path else None, fmt.mask_shapes,
+                          fmt.split_words)
+
+
+def new_event_id(drain) -> int:
+    """An id from Drain's own counter (a word-split event, parsers.word_split): never a template's."""
+    drain.clusters_counter += 1
+    return drain.clusters_counter
+
+
+def events_of(miner: StateFileMiner, contents: dict[str, object]) -> dict[str, tuple[int, str]]:
+    """``{masked content: (event id, event template)}`` for contents and the cluster Drain gave
+    each, in the dict's order (ids of new events are drawn in that order): the template's own id
+    and template, or a word-split event's (parsers.word_split)."""
+    drain, split = miner.drain, miner.word_split
+    out = {}
+    for text, cluster in contents.items():
+        tokens = drain.get_content_as_tokens(text)
+        eid, template = split.event(cluster.cluster_id, cluster.log_template_tokens, tokens,
+                                    lambda: new_event_id(drain))
+        out[text] = (eid, " ".join(template))
+    return out
 
 
 def load_key_names(fmt: LogFormat) -> dict[str, list[str]]:
@@ -107,6 +156,7 @@ class ParsedLine:
     groups: dict[str, str]  # header fields and the stripped Content
     ts: dt.datetime | None
     cluster: object  # drain3 LogCluster
+    masked: str = ""  # the Content as Drain3 saw it
 
 
 CACHE_LIMIT = 1_000_000  # distinct masked contents (or timestamps) a parser remembers
@@ -170,13 +220,21 @@ class LineParser:
             return head
         groups, ts = head
         masked = self.miner.masker.mask(groups["Content"])
+        return ParsedLine(groups, ts, self.cluster(masked), masked)
+
+    def cluster(self, masked: str, count: int = 1):
+        """The Drain3 cluster of a masked content seen ``count`` times: looked up in the cache,
+        else found or made by Drain3 (and its words recorded for the word splits)."""
         cluster = self._clusters.get(masked)
         if cluster is None:
-            cluster, _ = self.miner.drain.add_log_message(masked)
+            drain = self.miner.drain
+            cluster, _ = drain.add_log_message(masked)
+            cluster.size += count - 1
+            self.miner.word_split.observe(cluster.cluster_id, drain.get_content_as_tokens(masked))
             self.cache_cluster(masked, cluster)
         else:
-            cluster.size += 1
-        return ParsedLine(groups, ts, cluster)
+            cluster.size += count
+        return cluster
 
 
 def _label_rows(csv_path: Path, rejects: list) -> Iterator[tuple[int, list[str]]]:

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 
 from parsers import storage
 from parsers.log_ingest import FrozenTemplates, Learner, ingest_logs
-from parsers.logs import LineParser
+from parsers.logs import LineParser, events_of
 from parsers.presets import LogFormat, resolve
 from parsers.resources import peak_rss_mb
 from parsers.sessions import SessionSpec
@@ -113,17 +113,22 @@ def merge_mined(files: list, root, source: str, preset: str | LogFormat) -> dict
                 raise FileNotFoundError(f"{log_path} was not mined ({contents_path} is missing): run the mine "
                                         "step for every file before the merge")
             mined = pl.read_parquet(contents_path)
-            n_before, ids = len(drain.clusters), {}
-            for text, count in mined.iter_rows():  # fresh per file, as the serial ingest's cache
-                cluster, _ = drain.add_log_message(text)
-                cluster.size += count - 1
-                ids[text] = cluster.cluster_id
-            maps.append((clusters_path, ids, len(drain.clusters) - n_before))
+            n_before, clusters = len(drain.clusters), {}
+            parser._clusters.clear()  # fresh per file, as the serial ingest's cache
+            for text, count in mined.iter_rows():
+                clusters[text] = parser.cluster(text, count)
+            ids = {text: c.cluster_id for text, c in clusters.items()}
+            # word splits are decided per file, after its contents, as the serial ingest does
+            events = events_of(parser.miner, clusters) if fmt.split_words > 0 else {}
+            ids |= {text: eid for text, (eid, _) in events.items()}
+            maps.append((clusters_path, ids, len(drain.clusters) - n_before,
+                         {eid: template for eid, template in events.values()}))
             distinct += mined.height
         templates = {c.cluster_id: c.get_template() for c in drain.clusters}
-        for clusters_path, ids, new in maps:
+        for clusters_path, ids, new, event_templates in maps:
+            known = templates | event_templates
             table = pa.table({"content": list(ids), "cluster_id": list(ids.values()),
-                              "template": [templates[c] for c in ids.values()]}, schema=CLUSTERS_SCHEMA)
+                              "template": [known[c] for c in ids.values()]}, schema=CLUSTERS_SCHEMA)
             table = table.replace_schema_metadata({"new_templates": str(new), "total_templates": str(len(templates))})
             storage.write_parquet_atomic(table, clusters_path)
         parser.miner.save_state(f"merge {len(maps)} mined files")

@@ -67,7 +67,9 @@ DATE = (r"\b\d{4}[-/.]\d{1,2}[-/.]\d{1,2}\b", "DATE")
 TIME = (r"\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b", "TIME")
 IP_LIST = (r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?(?:,\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?)*\b", "IP")
 HOST_PORT = (r"\b(?:[a-zA-Z0-9-]+\.)+[a-zA-Z][a-zA-Z0-9-]*:\d{1,5}\b", "HOST")  # a host name with a port
-ID_LIST = (r"\b[a-zA-Z]+_-?\d+(?:\s+[a-zA-Z]+_-?\d+)*\b", "ID")  # blk_-42, or a list of such ids as one value
+# blk_-42, attempt_1445_0020_m_0, or a list of such ids as one value; the prefix stays in the
+# template (``blk_<ID>``, as LogHub writes ``blk_<*>``): a ``keep`` group (:func:`value_pattern`)
+ID_LIST = (r"\b(?P<keep>[a-zA-Z][a-zA-Z_]*_)-?\d\w*(?:\s+[a-zA-Z][a-zA-Z_]*_-?\d\w*)*\b", "ID")
 SIZE = (r"\b\d+(?:\.\d+)?\s?(?:[KMGTP]i?B|bytes|B)\b", "SIZE")  # 384.0 B, 12 KB, 5 GiB, 1190 bytes
 VERSION = (r"\bv?\d+(?:\.\d+){2,}\b", "VERSION")  # 1.2.3, v6.1.7601.23505 (after IP: four parts)
 HEX_ID = (r"\b[0-9a-fA-F]*[0-9][0-9a-fA-F]*[a-fA-F][0-9a-fA-F]*\b|"
@@ -81,6 +83,29 @@ HOST = (r"\b(?:[\w-]+\.){2,}[\w-]+", "HOST")  # dotted names: hosts, classes, fi
 CORE = (r"\bcore\.\d+\b", "CORE")
 IP_LIST = (r"\b(?:\d{1,3}(?:\.\d{1,3}){3},?)+", "IP")
 SLASH_PATH = (r"/\S+", "PATH")
+
+
+KEEP = "(?P<keep>"  # a mask whose pattern starts with this group keeps its text before the mask token
+
+
+def value_pattern(pattern: str) -> str:
+    """The part of a mask's pattern that matches the masked value: without its leading ``keep``
+    group (and a word boundary before it), whose text stays in the content (``blk_<ID>``)."""
+    start = pattern.find(KEEP)
+    if start < 0:
+        return pattern
+    depth, i = 0, start
+    while i < len(pattern):
+        if pattern[i] == "\\":
+            i += 2
+            continue
+        depth += pattern[i] == "("
+        depth -= pattern[i] == ")"
+        i += 1
+        if depth == 0:
+            break
+    head = pattern[:start]
+    return (head[:-2] if head.endswith("\\b") else head) + pattern[i:]
 
 
 @dataclass(frozen=True)
@@ -102,6 +127,10 @@ class LogFormat:
     extra_delimiters: tuple[str, ...] = ()
     key_names: str | None = None  # a file under parsers/key_names/, or a path
     label_field: str | None = None  # a ground-truth field in the header (BGL): kept out of the keys
+    # issue 49, chosen on the twelve shared LogHub systems (docs/data-layout.md); the presets keep
+    # the plain Drain behaviour (False, 0) so their figures stay
+    mask_shapes: bool = True  # tokens holding a mask compared by shape (parsers.drain)
+    split_words: int = 3  # a template's word slots with at most this many words split it (parsers.word_split)
 
     def regex(self) -> re.Pattern:
         if self.header_regex:
@@ -161,7 +190,8 @@ class LogFormat:
 
 
 def _fmt(name: str, header: str, masks=DEFAULT_MASKS, **kw) -> LogFormat:
-    return LogFormat(name=name, header=header, masks=tuple(masks), **kw)
+    """A preset: plain Drain's comparison of tokens and no word splits (their figures predate them)."""
+    return LogFormat(name=name, header=header, masks=tuple(masks), mask_shapes=False, split_words=0, **kw)
 
 
 _HDFS_FIELDS = {"Date": r"\d{6}", "Time": r"\d{6}", "Pid": r"\d+", "Level": r"[A-Z]+", "Component": r"[^\s:]+"}

@@ -12,7 +12,7 @@
     seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
     seqenc bench model --json OUT  TVM-KA vs flattened BERT (cut at the window and whole): time, peak memory
     seqenc logformat suggest FILE  a header for a log file of unknown layout (first line), and a formats JSON
-    seqenc bench parse --loghub DIR --json OUT   GA and PA of our parser vs Drain3 ([--formats F] [--auto-header])
+    seqenc bench parse --loghub DIR [--loghub DIR] --json OUT   GA, PA, leave-one-system-out GA vs Drain3 ([--formats F] [--auto-header])
     seqenc bench ingest --lines N --json OUT     ingest throughput vs a Drain3 loop (cached and not), peak RSS;
                                                  [--workers 1,2,4] parallel ingest rows
     seqenc bench accuracy --data DIR --json OUT  every training mode + count baselines, same splits (docs/benchmarks.md)

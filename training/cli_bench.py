@@ -239,7 +239,8 @@ def add_bench_parser(sub) -> None:
     bm.set_defaults(func=cmd_bench_model)
     bp = bsub.add_parser("parse", help="Grouping Accuracy on LogHub-style folders, ours next to Drain3 defaults, "
                          "Drain3 with our masks and thresholds, and ours on the true Content")
-    bp.add_argument("--loghub", required=True, help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders")
+    bp.add_argument("--loghub", required=True, action="append", metavar="DIR",
+                    help="folder of <Name>/<Name>_2k.log(+_structured.csv) folders; repeat it for several roots")
     bp.add_argument("--json", required=True, help="output JSON (a .md table goes beside it)")
     bp.add_argument("--formats", default=None, metavar="JSON",
                     help="user log formats (parsers/presets.py: load_formats); a format named like a dataset "
