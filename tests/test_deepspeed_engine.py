@@ -16,6 +16,7 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from shared_data import in_ci
 
 from training.deepspeed_engine import import_deepspeed
 
@@ -24,7 +25,7 @@ def _deepspeed_or_skip():
     try:
         import_deepspeed()
     except Exception as exc:  # ImportError, or a broken install failing at import
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        if in_ci():
             raise  # CI installs deepspeed: not importing it is a failure there
         pytest.skip(f"deepspeed cannot be imported ({type(exc).__name__}: {exc}); these tests need it",
                     allow_module_level=True)

@@ -1,0 +1,27 @@
+"""Issue 50, item 6: one reader of yes/no flags (CI), and user names checked whole."""
+
+import pytest
+from shared_data import env_flag, in_ci
+
+from seqenc.catalog import UnsafeName, check_name
+
+
+def test_one_reader_of_yes_no_flags(monkeypatch):
+    for value, expected in (("true", True), ("1", True), ("YES", True), (" on ", True), ("false", False),
+                            ("0", False), ("no", False), ("", False)):
+        monkeypatch.setenv("SEQENC_TEST_FLAG", value)
+        assert env_flag("SEQENC_TEST_FLAG") is expected, value
+    monkeypatch.delenv("SEQENC_TEST_FLAG")
+    assert env_flag("SEQENC_TEST_FLAG") is False
+    monkeypatch.setenv("SEQENC_TEST_FLAG", "maybe")
+    with pytest.raises(ValueError, match="SEQENC_TEST_FLAG='maybe' is not a yes/no flag"):
+        env_flag("SEQENC_TEST_FLAG")
+    monkeypatch.setenv("CI", "yes")  # the deepspeed tests and the shared-data check read it the same way
+    assert in_ci()
+
+
+def test_names_are_checked_whole():
+    assert check_name("hdfs_2.logs-v1") == "hdfs_2.logs-v1"
+    for bad in ("hdfs\n", "a\nb", "../x", "/etc", ".hidden", "a/b", "", "x" * 65, None, "a\x00"):
+        with pytest.raises(UnsafeName):
+            check_name(bad)
