@@ -191,12 +191,14 @@ def test_airflow_environment(compose, name):
     assert env["SEQENC_LANDING"].startswith("/data/")
     data = [t for k, s, t in _volume_mounts(_services(compose)[name]) if k == "volume" and t == "/data"]
     assert data, f"{name}: the shared data volume is not mounted at /data"
-    # secrets: read by Airflow's *_CMD config from the generated files, never given in the file
-    for key in ("AIRFLOW__CORE__FERNET_KEY", "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__API__SECRET_KEY",
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"):
+    # secrets: read by Airflow's *_CMD config from the generated files, never given in the file;
+    # the database URI holds no password (libpq reads it from PGPASSFILE)
+    for key, file in (("AIRFLOW__CORE__FERNET_KEY", "fernet_key"), ("AIRFLOW__API_AUTH__JWT_SECRET", "jwt_secret"),
+                      ("AIRFLOW__API__SECRET_KEY", "api_secret_key")):
         assert key not in env, f"{name}: {key} given as a value"
-        assert SECRETS_DIR in env[key + "_CMD"], f"{name}: {key}_CMD reads no generated secret"
-    assert any(t == SECRETS_DIR and k == "volume" for k, _, t in _volume_mounts(_services(compose)[name])), name
+        assert env[key + "_CMD"] == f"cat {SECRETS_DIR}/{file}", name
+    assert env["PGPASSFILE"] == f"{SECRETS_DIR}/pgpass"
+    assert ("airflow", SECRETS_DIR) in _secret_mounts(_services(compose)[name]), name
     # tasks run in the scheduler and call the api-server's Task Execution API by service name
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith("http://airflow-apiserver:")
 
@@ -249,16 +251,18 @@ def test_postgres_backs_airflow_and_mlflow(compose):
     assert any(t == "/docker-entrypoint-initdb.d" for _, _, t in _volume_mounts(services["postgres"]))
 
     def check(text: str, who: str) -> str:
-        """The database a postgres URI in ``text`` names; its user and password are checked."""
-        m = re.search(r"postgresql(\+psycopg2)?://(\w+):(\$\$\(cat [^)]+\))@postgres:5432/(\w+)", text)
-        assert m, f"{who}: {text} does not reach the postgres service with the generated password"
-        assert m.group(3) == f"$$(cat {SECRETS_DIR}/postgres_password)", who
-        assert m.group(2) == pg_env["POSTGRES_USER"], who
-        assert m.group(4) in databases, f"{who}: database {m.group(4)} is never created"
-        return m.group(4)
+        """The database a postgres URI in ``text`` names; its user is checked, and that it holds
+        no password (libpq reads it from the pgpass file PGPASSFILE names)."""
+        m = re.search(r"postgresql(\+psycopg2)?://([^@/\s]+)@postgres:5432/(\w+)", text)
+        assert m, f"{who}: {text} does not reach the postgres service"
+        assert m.group(2) == pg_env["POSTGRES_USER"], f"{who}: a password (or another user) in the URI"
+        assert m.group(3) in databases, f"{who}: database {m.group(3)} is never created"
+        return m.group(3)
 
-    airflow_dbs = {check(_env(services[n])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN_CMD"], n) for n in SEQENC_SERVICES}
-    mlflow_db = check(" ".join(_argv(services["mlflow"].get("entrypoint"))), "mlflow")
+    airflow_dbs = {check(_env(services[n])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], n) for n in SEQENC_SERVICES}
+    mlflow_argv = _argv(services["mlflow"].get("entrypoint")) + _argv(services["mlflow"].get("command"))
+    mlflow_db = check(mlflow_argv[mlflow_argv.index("--backend-store-uri") + 1], "mlflow")
+    assert _env(services["mlflow"])["PGPASSFILE"] == f"{SECRETS_DIR}/pgpass"
     assert pg_env["POSTGRES_PASSWORD_FILE"] == f"{SECRETS_DIR}/postgres_password"
     assert "POSTGRES_PASSWORD" not in pg_env
     assert len(airflow_dbs) == 1 and mlflow_db not in airflow_dbs
@@ -301,24 +305,74 @@ def test_the_uis_are_published_on_localhost_only(compose):
             assert _default(port).startswith("127.0.0.1:"), (name, port)
 
 
+def _secret_mounts(service: dict) -> set[tuple[str, str]]:
+    """(reader, target) of every secrets volume a service mounts (``secrets-<reader>``)."""
+    return {(src.removeprefix("secrets-"), t) for k, src, t in _volume_mounts(service)
+            if k == "volume" and src and src.startswith("secrets-")}
+
+
+# the secrets volume each service may mount: its own reader's, and nothing else
+SECRET_READERS = {"postgres": "postgres", "mlflow": "mlflow", **{n: "airflow" for n in SEQENC_SERVICES}}
+
+
+def test_each_service_mounts_only_its_own_secrets_read_only(compose):
+    services = _services(compose)
+    for name, service in services.items():
+        mounts = _secret_mounts(service)
+        if name == "secrets-init":
+            assert {r for r, _ in mounts} == set(SECRET_READERS.values())
+            continue
+        assert mounts == ({(SECRET_READERS[name], SECRETS_DIR)} if name in SECRET_READERS else set()), (name, mounts)
+        raw = [v for v in service.get("volumes") or [] if isinstance(v, str) and v.split(":")[1:2] == [SECRETS_DIR]]
+        assert all(v.endswith(":ro") for v in raw) and len(raw) == len(mounts), (name, raw)
+
+
+def test_no_password_in_a_command_line_or_variable(compose):
+    """Nothing a running service is started with -- entrypoint, command, healthcheck, environment
+    -- holds a secret or reads one into an argument (``$(cat ...password)``)."""
+    for name, service in _services(compose).items():
+        if name == "secrets-init":
+            continue
+        argv = " ".join(_argv(service.get("entrypoint")) + _argv(service.get("command")) +
+                        _argv((service.get("healthcheck") or {}).get("test")))
+        assert "$(cat" not in argv and "password)" not in argv, (name, argv)
+        for key, value in _env(service).items():
+            assert "$(cat" not in str(value), (name, key)
+            if re.search(r"PASSWORD|SECRET|FERNET|PGPASS", key):
+                assert key.endswith(("_FILE", "_CMD")) or key == "PGPASSFILE", (name, key)
+                assert str(value).startswith(("/", "cat /")), (name, key, value)
+
+
 def test_secrets_init_generates_once_and_keeps_them(tmp_path, compose):
-    """The secrets-init script itself, run here on a folder: every file the stack reads is made,
-    a chosen value wins on the first start, and a second start changes nothing."""
+    """The secrets-init script itself, run here on folders: every file the stack reads is made for
+    its reader, mode 0600, a chosen value wins on the first start, and a second start changes nothing."""
     import base64
     import os
+    import stat
 
     service = _services(compose)["secrets-init"]
-    script = service["command"][0].replace(SECRETS_DIR, str(tmp_path))
+    script = service["command"][0].replace('Path("/secrets")', f"Path({str(tmp_path)!r})")
+    for reader in set(SECRET_READERS.values()):
+        (tmp_path / reader).mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("POSTGRES_", "AIRFLOW_"))}
     subprocess.run([sys.executable, "-c", script], check=True, env={**env, "AIRFLOW_ADMIN_PASSWORD": "chosen"})
-    made = {p.name: p.read_text() for p in tmp_path.iterdir()}
-    read = set(re.findall(re.escape(SECRETS_DIR) + r"/(\w+)", COMPOSE.read_text()))
-    assert read <= set(made), read - set(made)
-    assert made["airflow_admin_password"] == "chosen"
-    assert len(base64.urlsafe_b64decode(made["fernet_key"])) == 32  # a valid Fernet key
-    assert all(len(v) >= 24 for k, v in made.items() if k != "airflow_admin_password")
+    made = {f"{p.parent.name}/{p.name}": p for p in tmp_path.rglob("*") if p.is_file()}
+    for path in made.values():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    text = {k: p.read_text() for k, p in made.items()}
+    assert set(text) == {"postgres/postgres_password", "mlflow/pgpass", "airflow/pgpass", "airflow/fernet_key",
+                         "airflow/jwt_secret", "airflow/api_secret_key", "airflow/airflow_admin_password"}
+    # every file a service reads at /run/seqenc-secrets is in its reader's volume
+    for name, reader in SECRET_READERS.items():
+        wanted = set(re.findall(re.escape(SECRETS_DIR) + r"/(\w+)", yaml.safe_dump(_services(compose)[name])))
+        assert {f"{reader}/{w}" for w in wanted} <= set(text), (name, wanted)
+    password = text["postgres/postgres_password"]
+    assert text["mlflow/pgpass"] == text["airflow/pgpass"] == f"postgres:5432:*:seqenc:{password}\n"
+    assert text["airflow/airflow_admin_password"] == "chosen"
+    assert len(base64.urlsafe_b64decode(text["airflow/fernet_key"])) == 32  # a valid Fernet key
+    assert len(password) >= 24 and len(text["airflow/jwt_secret"]) >= 24
     subprocess.run([sys.executable, "-c", script], check=True, env=env)
-    assert {p.name: p.read_text() for p in tmp_path.iterdir()} == made
+    assert {k: p.read_text() for k, p in made.items()} == text
 
 
 # --- Dockerfiles --------------------------------------------------------------------------------
