@@ -36,11 +36,13 @@ def test_bench_accuracy_cli_contract(tmp_path):
     assert set(result) == {"hdfs", "milestone"}
     # binary: + loglizer's unsupervised PCA and the floor
     assert set(result["hdfs"]) == {"interleaved", "flattened", "count_lr", "count_lr_values", "count_pca",
-                                   "always_positive"}
+                                   "iforest", "lof", "ocsvm", "always_positive"}
     assert set(result["milestone"]) == {"interleaved", "flattened", "count_lr", "count_lr_values"}
     for name, modes in result.items():
-        for metrics in modes.values():
+        for mode, metrics in modes.items():
             binary = {"average_precision", "dev_average_precision", "dev_log_loss"} if name == "hdfs" else set()
+            if mode in ("iforest", "lof", "ocsvm"):  # the peers: the library's threshold and the rule's
+                binary |= {"f1_default", "dev_f1_default", "roc_auc", "threshold_policy"}
             assert set(metrics) == FIELDS | {DEV_FIELD[name]} | binary
             assert 0 <= metrics["macro_f1"] <= 1 and metrics["seconds"] >= 0 and 0 <= metrics[DEV_FIELD[name]] <= 1
     assert all(result["milestone"][m]["f1"] is None for m in result["milestone"])  # C-way: no binary F1
@@ -121,7 +123,7 @@ def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path):
     both, _ = bench_accuracy(data, tmp_path / "both", modes=["interleaved", "interleaved+surprise"], **args)
     plain, _ = bench_accuracy(data, tmp_path / "plain", modes=["interleaved"], **args)
     assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr", "count_lr_values", "count_pca",
-                                  "always_positive"]
+                                  "iforest", "lof", "ocsvm", "always_positive"]
     assert {k: v for k, v in both["hdfs"]["interleaved"].items() if k != "seconds"} == \
         {k: v for k, v in plain["hdfs"]["interleaved"].items() if k != "seconds"}
     assert both["hdfs"]["interleaved"]["seconds"] == both["hdfs"]["interleaved+surprise"]["seconds"]

@@ -257,13 +257,20 @@ def test_bench_rows_and_mode_names(tmp_path):
                 "threshold": {"unlabelled": {"policy": "contamination", "share": 0.3}}})
     rows = result["hdfs"]
     assert list(rows) == ["unlabelled", "unlabelled+normal", "count_lr", "count_lr_values", "count_pca", "count_pca+normal",
-                          "always_positive"]
+                          "iforest", "lof", "ocsvm", "iforest+normal", "lof+normal", "ocsvm+normal", "always_positive"]
+    for name in ("iforest", "lof", "ocsvm"):  # the peers use the unlabelled modes' rules (training.bench.detectors)
+        assert rows[name]["threshold_policy"] == {"policy": "contamination", "share": 0.3}
+        assert rows[name + "+normal"]["threshold_policy"] == {"policy": "quantile", "q": 0.98}
+        assert 0 <= rows[name]["f1_default"] <= 1 and 0 <= rows[name + "+normal"]["roc_auc"] <= 1
     for name, row in rows.items():
         assert {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds", "dev_f1"} <= set(row), name
     assert rows["unlabelled"]["share"] == 0.3 and rows["unlabelled+normal"]["q"] == 0.98
     assert all(f"dev_f1_at_share_{s}" in rows["unlabelled"] for s in SHARE_GRID)
     assert rows["unlabelled"]["robust_share"] in SHARE_GRID and "robust_q" in rows["unlabelled+normal"]
     assert 0 <= rows["unlabelled"]["roc_auc"] <= 1
+    for mode in ("unlabelled", "unlabelled+normal"):  # beside the dev-labelled constant, one no label chose
+        assert rows[mode]["label_free_rule"].startswith("modified z-score > 3.5")
+        assert 0 <= rows[mode]["f1_label_free"] <= 1 and 0 <= rows[mode]["dev_f1_label_free"] <= 1
     assert described["hdfs"]["thresholds"]["unlabelled"] == {"policy": "contamination", "share": 0.3}
     assert described["hdfs"]["unlabelled_settings"]["train"]["mlm_mask_unit"] == "value"
 
@@ -284,3 +291,67 @@ def test_robust_constant_steps_back_from_a_cliff():
     assert robust_constant(shares) == 0.1
     assert robust_constant({"dev_f1_at_share_0.1": 0.4}) == 0.1
     assert robust_constant({"f1": 0.9}) is None
+
+
+def _count_dataset(n: int = 600, seed: int = 0):
+    """Sequences of events: normal ones draw from B, C, D, E at random and close with A; an
+    anomaly (one in ten) repeats an error event X and never closes."""
+    from training.bench.dataset import BenchDataset
+
+    rng = np.random.default_rng(seed)
+    rows, labels, split = [], [], []
+    for i in range(n):
+        sid, anomalous = f"s{i:04d}", rng.random() < 0.1
+        events = [str(e) for e in rng.choice(list("BCDE"), size=int(rng.integers(3, 9)))]
+        events += ["X"] * int(rng.integers(3, 6)) if anomalous else ["A"]
+        rows += [(sid, step, "event", e) for step, e in enumerate(events)]
+        labels.append((sid, "Anomaly" if anomalous else "Normal"))
+        split.append((sid, "train" if i < n // 2 else "dev" if i < 3 * n // 4 else "test"))
+    objects = pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row")
+    return BenchDataset("counts", "binary", ("Normal", "Anomaly"), objects,
+                        pl.DataFrame(labels, schema=["sequence_id", "label"], orient="row"),
+                        pl.DataFrame(split, schema=["sequence_id", "split"], orient="row"), "event", (), "test")
+
+
+# where each detector sees the anomaly (measured on _count_dataset; the others are real failures of
+# the method: Isolation Forest cannot split on an event absent from every fitted row, LOF calls a
+# dense cluster of anomalies normal when they are in what it was fitted on)
+SEES = {"iforest": (False,), "lof": (True,), "ocsvm": (True, False)}
+
+
+@pytest.mark.parametrize("name", sorted(SEES))
+def test_unsupervised_peers_flag_what_breaks_the_counts(name):
+    """scikit-learn's detectors on count_pca's counts, with the unlabelled modes' rules (a quantile
+    of the normal dev scores for +normal, a contamination share of the dev scores otherwise): where
+    the method can see the anomaly it ranks and flags it; the library's own threshold is reported
+    beside."""
+    from training.bench.detectors import count_detector
+
+    ds = _count_dataset()
+    for normal_only in (True, False):
+        policy = {"policy": "quantile", "q": 0.99} if normal_only else {"policy": "contamination", "share": 0.1}
+        row = count_detector(ds, name, policy, normal_only=normal_only, seed=0)
+        assert 0 <= row["f1_default"] <= 1
+        assert (row["n_fit"] < 300) == normal_only and row["policy"] == policy
+        if normal_only in SEES[name]:
+            assert row["roc_auc"] > 0.95 and row["f1"] > 0.8 and row["dev_f1"] > 0.8, (normal_only, row)
+
+
+def test_label_free_threshold_is_a_robust_outlier_rule():
+    """The label-free threshold: median + 3.5 MAD / 0.6745 of the reference scores (logits); it
+    hardly moves when a tenth of the reference is anomalous, and flags what sits far above it."""
+    from training.unlabelled import label_free_threshold
+
+    rng = np.random.default_rng(0)
+    clean = rng.normal(0.0, 1.0, 2000)
+    dirty = np.concatenate([clean[:1800], rng.normal(8.0, 1.0, 200)])
+
+    def prob(z):
+        return 1 / (1 + np.exp(-z))
+
+    cut_clean, cut_dirty = label_free_threshold(prob(clean)), label_free_threshold(prob(dirty))
+    logit = float(np.log(cut_clean / (1 - cut_clean)))
+    med = np.median(clean)
+    assert logit == pytest.approx(med + 3.5 * np.median(np.abs(clean - med)) / 0.6745, rel=1e-6)
+    assert 3.0 < logit < 4.0 and abs(float(np.log(cut_dirty / (1 - cut_dirty))) - logit) < 1.0
+    assert (prob(dirty[1800:]) >= cut_dirty).mean() > 0.9 and (prob(clean) >= cut_clean).mean() < 0.01

@@ -89,6 +89,27 @@ def policy_threshold(reference_scores: np.ndarray, threshold: dict) -> float:
     return float(np.quantile(scores, q))
 
 
+LABEL_FREE_Z = 3.5  # Iglewicz and Hoaglin (1993): a modified z-score above 3.5 is an outlier
+LABEL_FREE_RULE = f"modified z-score > {LABEL_FREE_Z} on the reference scores (median and MAD; Iglewicz and Hoaglin)"
+
+
+def label_free_threshold(reference_probs: np.ndarray) -> float:
+    """A threshold on P(anomaly) that no label chose: the score (the logit of the probability)
+    whose modified z-score among the reference sequences' scores is ``LABEL_FREE_Z``,
+    ``median + 3.5 * MAD / 0.6745``. Median and MAD stay put under a contamination below one half,
+    so the rule fits a reference with anomalies in it as well as a clean one; the constant is the
+    textbook's, not one measured on our data."""
+    p = np.clip(np.asarray(reference_probs, dtype=np.float64), 1e-12, 1 - 1e-12)
+    p = p[~np.isnan(p)]
+    if len(p) == 0:
+        raise ValueError("no reference sequences to set the threshold on")
+    score = np.log(p) - np.log1p(-p)
+    median = float(np.median(score))
+    mad = float(np.median(np.abs(score - median)))
+    cut = median + LABEL_FREE_Z * mad / 0.6745
+    return float(1.0 / (1.0 + np.exp(-cut)))
+
+
 def labelled_metrics(y: np.ndarray, probs: np.ndarray, idx: np.ndarray, threshold: float) -> dict:
     """Binary metrics of the labelled rows (y >= 0) among ``idx``; {} when there are none."""
     idx = np.asarray(idx, dtype=np.int64)

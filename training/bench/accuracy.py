@@ -62,6 +62,7 @@ from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, item_histories
 from training.bench.baselines import always_positive, count_baseline, count_pca, value_count_dataset
 from training.bench.data import BenchDataset, check_split, duplicates_across_splits, load_dataset
+from training.bench.detectors import DETECTORS, count_detector
 from training.end_to_end import EndToEndTrainer, comparison_model
 from training.evaluate import history_rank_scores
 from training.metrics import binary_ranking, headline, ranking_metrics
@@ -69,7 +70,7 @@ from training.sizes import SIZES
 from training.task_data import vocab_and_windows
 from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
 from training.trainer import MODES as MODES_ALL
-from training.unlabelled import UnlabelledTrainer, labelled_metrics
+from training.unlabelled import LABEL_FREE_RULE, UnlabelledTrainer, label_free_threshold, labelled_metrics
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,11 @@ def _train_unlabelled(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: 
         grid_probs, cut = trainer.rescore({"policy": policy["policy"], field: value})
         row[f"dev_f1_at_{field}_{value}"] = labelled_metrics(y, grid_probs, splits["dev"], cut).get("f1")
     row[field] = policy[field]
+    # beside the dev-labelled constant, a threshold no label chose (training.unlabelled)
+    cut = label_free_threshold(final["probs"][trainer.reference, 1])
+    row["f1_label_free"] = labelled_metrics(y, final["probs"], splits["test"], cut).get("f1")
+    row["dev_f1_label_free"] = labelled_metrics(y, final["probs"], splits["dev"], cut).get("f1")
+    row["label_free_rule"] = LABEL_FREE_RULE
     return row
 
 
@@ -301,6 +307,13 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
         for name, normal_only in pca.items():
             row = count_pca(ds, normal_only=normal_only)
             out[name] = _row(row, ds.task) | {"seconds": round(row["seconds"], 1)}
+        for normal_only in pca.values():  # scikit-learn's detectors on the same counts (training.bench.detectors)
+            policy = _threshold_policy(UNLABELLED + ("+normal" if normal_only else ""), ds.name, config or {})
+            for name in DETECTORS:
+                row = count_detector(ds, name, policy, normal_only=normal_only, seed=seed)
+                out[name + ("+normal" if normal_only else "")] = _row(row, ds.task) | {
+                    k: row.get(k) for k in ("f1_default", "dev_f1_default", "roc_auc", "average_precision")} | {
+                    "threshold_policy": policy, "seconds": round(row["seconds"], 1)}
         out["always_positive"] = _row(always_positive(ds), ds.task) | {"seconds": 0.0}
     return out
 
@@ -395,9 +408,12 @@ def mean_over_seeds(per_seed: dict[int, dict]) -> dict:
             mean, std = {}, {}
             for field in row:
                 values = [r[field] for r in rows.values()]
-                ok = all(v is not None for v in values)
-                mean[field] = float(np.mean(values)) if ok else None
-                std[field] = float(np.std(values, ddof=1)) if ok else None
+                if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                    # a name or a setting (label_free_rule, threshold_policy): kept when the seeds agree
+                    mean[field], std[field] = (values[0] if all(v == values[0] for v in values) else None), None
+                    continue
+                mean[field] = float(np.mean(values))
+                std[field] = float(np.std(values, ddof=1)) if len(values) > 1 else None
             out[name][mode] = {**mean, "std": std, "per_seed": rows}
     return out
 
