@@ -18,7 +18,12 @@ def test_bench_depth_writes_the_contract(tmp_path):
                  "--tabfact-tables", "6", "--depths", "1,2", "--seeds", "0", "--steps", "4", "--warmup", "2",
                  "--no-progress"]) == 0
     r = json.loads(out.read_text())
-    rows = r["rows"]
+    floors = [x for x in r["rows"] if x["depth"] is None]  # beside the cells: the floor and the counts
+    rows = [x for x in r["rows"] if x["depth"] is not None]
+    assert [x["init"] for x in floors] == ["majority", "count_lr_values"]
+    for x in floors:
+        assert x["task"] == "tabfact" and 0 <= x["metric"] <= 1 and 0 <= x["dev_metric"] <= 1
+    assert floors[0]["metric"] >= 0.3  # the train majority class's share of test (labels near balanced)
     assert {(x["depth"], x["init"]) for x in rows} == {(d, i) for d in (1, 2)
                                                        for i in ("default_warmup", "default", "dt_fixup")}
     for x in rows:
@@ -30,6 +35,7 @@ def test_bench_depth_writes_the_contract(tmp_path):
     mlflow.set_tracking_uri(tracking.tracking_uri(tmp_path / "depth"))
     runs = mlflow.search_runs(search_all_experiments=True)
     assert len(runs) == len(rows) + 1  # a run per cell, and the summary with the plot
+    assert "| tabfact | - | majority |" in out.with_suffix(".md").read_text()
     with pytest.raises(SystemExit, match="--inits: unknown fixup"):  # a user error: one line
         main(["bench", "depth", "--json", str(out), "--inits", "fixup"])
 
@@ -85,3 +91,10 @@ def test_hdfs_blocks_are_a_depth_task_with_one_kr_per_block(tmp_path):
     assert not {content[i] for i in t.splits["train"]} & {content[i] for i in t.splits["test"]}
     row, losses = train_cell(t, 2, "dt_fixup", 0, s)
     assert row["task"] == "hdfs" and row["diverged"] is False and 0 <= row["metric"] <= 1 and len(losses) == 6
+    # the floor (flag every block) and the counts, on the same split
+    floor, counts = t.floors
+    assert (floor["init"], counts["init"]) == ("always_positive", "count_lr_values")
+    positives = t.y[t.splits["test"]].mean()
+    assert floor["metric"] == np.float64(2 * positives / (1 + positives)) or abs(
+        floor["metric"] - 2 * positives / (1 + positives)) < 1e-9
+    assert 0 <= counts["metric"] <= 1 and counts["dev_metric"] is not None

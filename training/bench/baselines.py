@@ -97,7 +97,7 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     dev = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)
     if ds.task == "binary":
         dev |= binary_ranking(y[part["dev"]], dev_probs[:, 1])
-    result |= {f"dev_{k}": dev.get(k) for k in (key, "average_precision", "log_loss") if k in dev}
+    result |= {f"dev_{k}": dev.get(k) for k in (key, "micro_f1", "average_precision", "log_loss") if k in dev}
     if ds.task == "binary":
         pred = predict(test_probs, "binary", threshold)
         result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold,

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +77,49 @@ class TaskKRs:
     y: np.ndarray
     splits: dict
     class_names: list
+    floors: list = field(default_factory=list)  # the task's floor and count rows (floor_rows)
+
+
+FLOORS = ("always_positive", "majority", "count_lr_values")  # rows beside the cells, no KA trained
+
+
+def floor_rows(task: str, metric: str, objects, labels: dict, split: dict, exclude, names: list) -> list[dict]:
+    """The rows a KA's figure stands beside, on the task's own split: the floor -- flagging every
+    sequence (``always_positive``, F1 tasks) or the train majority class (``majority``, accuracy
+    tasks) -- and ``count_lr_values``, logistic regression on the counts of every key=value pair
+    the sequences hold (training.bench.baselines: the same input the KA reads, as a bag), its
+    threshold fitted on dev for F1 as the cells' is."""
+    import polars as pl
+
+    from training.bench.baselines import count_baseline, value_count_dataset
+    from training.bench.dataset import BenchDataset
+
+    ids = sorted(split)
+    y = {p: np.array([names.index(labels[i]) for i in ids if split[i] == p]) for p in ("train", "dev", "test")}
+    base = {"task": task, "depth": None, "seed": None, "dev_loss": None, "final_train_loss": None,
+            "metric_name": metric, "fixup_mu": None, "diverged": False}
+    rows = []
+    if metric == "f1":
+        from training.metrics import task_metrics
+
+        rows.append(base | {"init": "always_positive",
+                            **{k: task_metrics(y[p], np.ones_like(y[p]), "binary")["f1"]
+                               for k, p in (("metric", "test"), ("dev_metric", "dev"))}})
+    else:
+        top = int(np.bincount(y["train"], minlength=len(names)).argmax())
+        rows.append(base | {"init": "majority", "metric": float(np.mean(y["test"] == top)),
+                            "dev_metric": float(np.mean(y["dev"] == top))})
+    ds = BenchDataset(task, "binary" if metric == "f1" else "multiclass", tuple(names),
+                      objects.filter(pl.col("sequence_id").is_in(ids)),
+                      pl.DataFrame({"sequence_id": ids, "label": [labels[i] for i in ids]}),
+                      pl.DataFrame({"sequence_id": ids, "split": [split[i] for i in ids]}), "", tuple(exclude),
+                      "the depth study's task")
+    lr = count_baseline(value_count_dataset(ds))
+    if metric == "f1":
+        rows.append(base | {"init": "count_lr_values", "metric": lr["f1"], "dev_metric": lr["dev_f1"]})
+    else:  # accuracy = micro F1 of the arg-max
+        rows.append(base | {"init": "count_lr_values", "metric": lr["micro_f1"], "dev_metric": lr.get("dev_micro_f1")})
+    return rows
 
 
 def level_task(n: int = 240, seed: int = 0):
@@ -142,6 +185,7 @@ def task_krs(task: str, s: DepthBenchSettings, work: Path, progress: bool) -> Ta
     from seqenc.tokenizer import ValueTokenizer
 
     objects, labels, split, exclude, names = _task_objects(task, s, work / task)
+    floors = floor_rows(task, "accuracy" if task == "tabfact" else "f1", objects, labels, split, exclude, names)
     tok = ValueTokenizer.from_bert("minilm")
     data = tokenize_value_sequences(collect_value_sequences(objects, exclude), tok, max_len=s.max_len)
     y = np.array([names.index(labels[i]) for i in data.sequence_ids])
@@ -152,7 +196,7 @@ def task_krs(task: str, s: DepthBenchSettings, work: Path, progress: bool) -> Ta
     kr = key_representations(tvm, data, tok.pad_id, progress=progress)
     log.info("bench depth %s: %d sequences, %d keys, KRs in %.0f s", task, len(y), len(data.keys),
              time.perf_counter() - t0)
-    return TaskKRs(task, "accuracy" if task == "tabfact" else "f1", kr, data, y, splits, names)
+    return TaskKRs(task, "accuracy" if task == "tabfact" else "f1", kr, data, y, splits, names, floors)
 
 
 def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettings,
@@ -233,6 +277,7 @@ def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = Tru
     rows, curves = [], {}
     for task in s.tasks:
         t = task_krs(task, s, work, progress)
+        rows += t.floors  # the floor and the count baseline first: what every cell stands beside
         cells = [(d, i, seed) for d in s.depths for i in s.inits for seed in s.seeds]
         for depth, init, seed in tqdm(cells, desc=f"depth study {task}", disable=not progress):
             params = {"task": task, "depth": depth, "init": init, "seed": seed, **asdict(s)}
@@ -265,7 +310,7 @@ def depth_table(r: dict) -> str:
         finals = [x["final_train_loss"] for x in xs if x["final_train_loss"] is not None]
         loss = f"{np.mean(finals):.4f}" if finals else "-"
         test = f"{np.mean(m):.3f} ({min(m):.3f}-{max(m):.3f})" if m else "-"
-        lines.append(f"| {task} | {depth} | {init} | {test} {xs[0]['metric_name']} | "
+        lines.append(f"| {task} | {'-' if depth is None else depth} | {init} | {test} {xs[0]['metric_name']} | "
                      f"{f'{np.mean(dev):.3f}' if dev else '-'} | {f'{np.mean(dev_loss):.4f}' if dev_loss else '-'} | "
                      f"{loss} | {len(xs)} | "
                      f"{sum(bool(x.get('diverged')) for x in xs)} |")
