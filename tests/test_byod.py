@@ -92,8 +92,9 @@ def test_train_score_evaluate_a_declared_task(byod, capsys, task):
     assert scored.height == storage.read_objects(work / "data", source)["sequence_id"].n_unique()
     if task == "fraud_watch":  # the declared positive class is the score, whatever its name sorts like
         assert scored["score"].to_list() == pytest.approx(scored["prob_fraud"].to_list())
-    if task == "vault_watch":
+    if task == "vault_watch":  # the catalogue's contamination 0.1: the top tenth of the scored day
         assert set(scored["label"].to_list()) <= {"normal", "breach"}
+        assert (scored["label"] == "breach").mean() == pytest.approx(0.1, abs=1.5 / scored.height)
     capsys.readouterr()
     assert main(["evaluate", "--workdir", str(work), "--task", task, "--catalog", catalog, "--no-progress"]) == 0
     evaluated = _json(capsys)

@@ -41,7 +41,7 @@ from parsers import storage
 from training import tracking
 from training.buckets import sequence_chunks
 from training.registry import is_model_uri, resolve_model
-from training.scoring import load_bundle, score_objects
+from training.scoring import load_bundle, score_objects, window_threshold
 from training.table_task import example_objects
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,12 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
             path = Path(out_dir) / f"date={day}" / "part-0.parquet"
             storage.write_parquet_atomic(predictions, path)
             summary = summarize(predictions, _reported_labels(bundle.model.config, predictions))
+            if bundle.model.config.task == "binary":  # every scoring run says how many it flagged, and why
+                threshold, why = window_threshold(bundle.meta, predictions["score"].to_numpy())
+                positive = bundle.model.config.class_names[1]
+                summary.update(flagged=summary["label_count"].get(positive, 0),
+                               flagged_share=summary["label_share"].get(positive, 0.0),
+                               threshold=threshold, threshold_rule=why)
             summary.update(date=day, source=source, predictions=str(path), model_uri=resolved.uri,
                            model_name=resolved.name, model_version=resolved.version)
             if track:
@@ -155,6 +161,12 @@ def _predictions(bundle, objects: pl.LazyFrame, resolved, progress: bool,
         else:
             frame = frame.with_columns([pl.lit(None, pl.Float64).alias(f"prob_{c}") for c in config.class_names or []])
     frame = frame.rename({"prediction": "label"}).sort("sequence_id")
+    config, meta = bundle.model.config, bundle.meta
+    if meta.get("window_rule") is not None and frame.height:  # an anomaly task: flags from this window
+        threshold, _ = window_threshold(meta, frame["score"].to_numpy())
+        names = config.class_names
+        frame = frame.with_columns(label=pl.when(pl.col("score") >= threshold).then(pl.lit(names[1]))
+                                   .otherwise(pl.lit(names[0])))
     return frame.with_columns(pl.lit(resolved.name, pl.String).alias("model_name"),
                               pl.lit(resolved.version, pl.String).alias("model_version"),
                               pl.lit(resolved.uri, pl.String).alias("model_uri"))
@@ -190,8 +202,8 @@ def _log_run(summary: dict, predictions: pl.DataFrame, store_dir) -> str:
                          "git_commit": tracking.git_commit()})
         mlflow.log_params({"model_uri": summary["model_uri"], "model_version": summary["model_version"],
                            "date": summary["date"], "source": summary["source"]})
-        metrics = {k: summary[k] for k in ("sequences", "score_mean", "score_p50", "score_p90", "score_p99")
-                   if k in summary}
+        metrics = {k: summary[k] for k in ("sequences", "score_mean", "score_p50", "score_p90", "score_p99", "flagged",
+                                           "flagged_share", "threshold") if k in summary}
         metrics.update({f"label_count/{c}": v for c, v in summary["label_count"].items()})
         metrics.update({f"label_share/{c}": v for c, v in summary["label_share"].items()})
         mlflow.log_metrics({tracking.mlflow_key(k): float(v) for k, v in metrics.items()})

@@ -212,8 +212,10 @@ def cmd_score(args) -> int:
                               chunk_sequences=args.chunk_sequences)
     version = f" version {result['model_version']}" if result["model_version"] else ""
     for day in result["dates"]:
+        flagged = (f"; flagged {day['flagged']} ({day['flagged_share']:.1%}) by {day['threshold_rule']}"
+                   if "flagged" in day else "")
         print(f"{day['date']}: scored {day['sequences']} sequences of {result['source']} with "
-              f"{result['model_uri']}{version} -> {day['predictions']}")
+              f"{result['model_uri']}{version} -> {day['predictions']}{flagged}")
     return 0
 
 

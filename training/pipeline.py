@@ -46,7 +46,7 @@ from training.metrics import (
     plot_score_histogram,
     predict,
 )
-from training.scoring import load_bundle, save_bundle, score_objects
+from training.scoring import load_bundle, save_bundle, score_objects, window_rule
 from training.sequence_build import CHUNK_SEQUENCES, build_sequences
 from training.sizes import resolve_size, size_settings
 from training.task_data import (
@@ -311,7 +311,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
                     "threshold": result["threshold"], "mode": shown_mode, "exclude_keys": list(spec.exclude_keys),
                     "keep_keys": spec.keep_keys, "event_key": spec.event_key, "item_key": spec.item_key,
                     "table_source": spec.table_source, "table_key": spec.table_key,
-                    "mlflow_run_id": run.info.run_id, "best_step": result["best_step"]}
+                    "mlflow_run_id": run.info.run_id, "best_step": result["best_step"],
+                    "window_rule": window_rule(spec)}  # anomaly: flags per scored window (training.scoring)
         if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way
             metadata["surprise"] = trainer.surprise.to_dict()
         bundle = save_bundle(model, tok, metadata, out / "bundle")

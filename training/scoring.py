@@ -162,6 +162,40 @@ def model_probabilities(bundle: Bundle, objects: pl.DataFrame, progress: bool = 
 
 
 TOP_ITEMS = 10  # next_item: ranked items per sequence in a predictions file (recall@1/5/10)
+WINDOW_MIN = 20  # an anomaly bundle's window rule needs this many scored sequences; fewer: the trained threshold
+
+
+def window_rule(task) -> dict | None:
+    """How an ``anomaly`` task's bundle flags a scored window (a day's partition) instead of with
+    the threshold fitted at training, whose scores a new stream need not share (issue 50: a stream
+    nothing was tuned on was ranked well, ROC AUC 0.97, and flagged 0 of 2,000):
+
+    * the catalogue's ``contamination`` share, when the task gives one: the top share of the window;
+    * a ``quantile`` policy (a clean reference the user declared): None, the trained threshold;
+    * no threshold given: ``label_free``, a modified z-score above 3.5 among the window's scores
+      (training.unlabelled.label_free_threshold: median and MAD, robust to the anomalies in it).
+
+    None for every other kind (their threshold is fitted on labels)."""
+    if task.kind != "anomaly":
+        return None
+    if task.threshold is None:
+        return {"rule": "label_free"}
+    policy = task.threshold.to_dict()
+    return {"rule": "contamination", "share": policy["share"]} if policy["policy"] == "contamination" else None
+
+
+def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
+    """(threshold, what set it) for one scored window of a bundle (:func:`window_rule`)."""
+    from training.unlabelled import LABEL_FREE_RULE, label_free_threshold
+
+    rule, trained = meta.get("window_rule"), float(meta.get("threshold", 0.5))
+    scores = np.asarray(scores, dtype=np.float64)
+    if rule is None or len(scores) < WINDOW_MIN:
+        why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else "")
+        return trained, why
+    if rule["rule"] == "contamination":
+        return float(np.quantile(scores, 1.0 - rule["share"])), f"the top {rule['share']} of the window's scores"
+    return label_free_threshold(scores), LABEL_FREE_RULE.replace("reference", "window's")
 
 
 def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
