@@ -96,7 +96,8 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
             summary = summarize(predictions, _reported_labels(bundle.model.config, predictions))
             if bundle.model.config.task == "binary":  # every scoring run says how many it flagged, and why
                 threshold, why = window_threshold(bundle.meta, predictions["score"].to_numpy())
-                positive = bundle.model.config.class_names[1]
+                config = bundle.model.config
+                positive = (config.class_names or [str(i) for i in range(config.n_classes)])[1]
                 summary.update(flagged=summary["label_count"].get(positive, 0),
                                flagged_share=summary["label_share"].get(positive, 0.0),
                                threshold=threshold, threshold_rule=why)
@@ -164,7 +165,7 @@ def _predictions(bundle, objects: pl.LazyFrame, resolved, progress: bool,
     config, meta = bundle.model.config, bundle.meta
     if meta.get("window_rule") is not None and frame.height:  # an anomaly task: flags from this window
         threshold, _ = window_threshold(meta, frame["score"].to_numpy())
-        names = config.class_names
+        names = config.class_names or [str(i) for i in range(config.n_classes)]
         frame = frame.with_columns(label=pl.when(pl.col("score") >= threshold).then(pl.lit(names[1]))
                                    .otherwise(pl.lit(names[0])))
     return frame.with_columns(pl.lit(resolved.name, pl.String).alias("model_name"),
