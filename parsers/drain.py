@@ -46,6 +46,9 @@ _PREFIX_ENDS = frozenset("=:([{/,;'\"@#")
 _SUFFIX_STARTS = frozenset(")]}:,;'\"/")
 
 
+FIT_MAX_CHARS, FIT_MAX_SLOTS = 256, 8  # beyond these a token fits a template token only by equal shape
+
+
 @lru_cache(maxsize=65536)
 def shape(token: str) -> str:
     """The token with every mask and ``<*>`` as ``<*>`` (``vis=<HEX>`` -> ``vis=<*>``)."""
@@ -60,8 +63,12 @@ def _shape_regex(token_shape: str) -> re.Pattern:
 def fits(template_token: str, token: str) -> bool:
     """Whether ``token`` has the shape of ``template_token``: its literal text in place, anything
     where the template holds a mask or ``<*>`` (``rhost=<*>`` fits ``rhost=<IP>``)."""
-    wanted = shape(template_token)
-    return wanted == shape(token) or _shape_regex(wanted).fullmatch(shape(token)) is not None
+    wanted, got = shape(template_token), shape(token)
+    if wanted == got:
+        return True
+    if len(got) > FIT_MAX_CHARS or wanted.count("<*>") > FIT_MAX_SLOTS:  # no slow match on a huge token
+        return False
+    return _shape_regex(wanted).fullmatch(got) is not None
 
 
 def merge_tokens(a: str, b: str) -> str:

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from parsers import columns, storage
-from parsers.drain import merge_tokens
+from parsers.drain import fits, merge_tokens
 from parsers.log_ingest import ingest_logs
 from parsers.logs import LineParser, events_of, make_miner
 from parsers.parallel_ingest import merge_mined, mine_file, write_file
@@ -98,6 +98,8 @@ def test_merged_tokens_keep_their_shared_edges():
     assert merge_tokens("tty=NODEVssh", "tty=:0") == "tty=<*>"
     assert merge_tokens("begin", "end") == "<*>"
     assert merge_tokens("vis=<NUM>", "vis=<HEX>") == "vis=<*>"
+    # a huge token is compared by equal shape only (no slow wildcard match)
+    assert fits("a<*>b<*>", "a1b2") and not fits("a<*>b<*>c<*>d<*>", "a" * 5000 + "x")
 
 
 def test_an_id_mask_keeps_its_prefix_in_python_and_in_polars():
