@@ -150,14 +150,10 @@ def load_state(data: object, drain: DrainBase, word_split=None) -> None:
     if settings["max_clusters"] is None and in_tree != set(clusters):  # a bounded drain may keep evicted ids
         raise StateError(f"the tree and the clusters disagree on cluster ids {sorted(in_tree ^ set(clusters))[:5]}")
 
-    loaded_split = None
-    if "word_split" in top and word_split is not None:
-        loaded_split = type(word_split)(word_split.max_words)
-        loaded_split.load(top["word_split"], _check)
+    if "word_split" in top and word_split is not None:  # checks all of it before it changes the split
+        word_split.load(top["word_split"], _check)
 
     # all checked: restore
-    if loaded_split is not None:
-        word_split.words, word_split.events = loaded_split.words, loaded_split.events
     if settings["max_clusters"] is None:
         drain.id_to_cluster = clusters
     else:

@@ -106,8 +106,8 @@ class Learner:
 
     def _clusters(self, masked: pl.Series) -> pl.Series:
         """Cluster id per line: each distinct masked content new to the run goes to Drain3 once,
-        in file order; repeats only add to the cluster's size. With word splits, each distinct
-        content's cluster is kept (``contents``) for :meth:`events`."""
+        in file order; repeats only add to the cluster's size (LineParser.cluster, which also
+        records the words for the word splits, decided after pass 1: WordSplitEvents)."""
         if self.assign is not None:
             return self.assign(masked)
         counts = dict(masked.value_counts().iter_rows())

@@ -88,19 +88,13 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
         for day in dates:
             objects = example_objects(data_root, source, day, bundle.meta.get("table_source"),
                                       bundle.meta.get("table_key") or "table")  # a table task: texts + tables
-            predictions = _predictions(bundle, objects, resolved, progress, chunk_sequences)
+            predictions, flags = _flag_window(bundle, _predictions(bundle, objects, resolved, progress,
+                                                                   chunk_sequences))
             if predictions.is_empty():
                 log.warning("%s: no objects of source %s on %s", data_root, source, day)
             path = Path(out_dir) / f"date={day}" / "part-0.parquet"
             storage.write_parquet_atomic(predictions, path)
-            summary = summarize(predictions, _reported_labels(bundle.model.config, predictions))
-            if bundle.model.config.task == "binary":  # every scoring run says how many it flagged, and why
-                threshold, why = window_threshold(bundle.meta, predictions["score"].to_numpy())
-                config = bundle.model.config
-                positive = (config.class_names or [str(i) for i in range(config.n_classes)])[1]
-                summary.update(flagged=summary["label_count"].get(positive, 0),
-                               flagged_share=summary["label_share"].get(positive, 0.0),
-                               threshold=threshold, threshold_rule=why)
+            summary = summarize(predictions, _reported_labels(bundle.model.config, predictions)) | flags
             summary.update(date=day, source=source, predictions=str(path), model_uri=resolved.uri,
                            model_name=resolved.name, model_version=resolved.version)
             if track:
@@ -162,15 +156,27 @@ def _predictions(bundle, objects: pl.LazyFrame, resolved, progress: bool,
         else:
             frame = frame.with_columns([pl.lit(None, pl.Float64).alias(f"prob_{c}") for c in config.class_names or []])
     frame = frame.rename({"prediction": "label"}).sort("sequence_id")
-    config, meta = bundle.model.config, bundle.meta
-    if meta.get("window_rule") is not None and frame.height:  # an anomaly task: flags from this window
-        threshold, _ = window_threshold(meta, frame["score"].to_numpy())
-        names = config.class_names or [str(i) for i in range(config.n_classes)]
-        frame = frame.with_columns(label=pl.when(pl.col("score") >= threshold).then(pl.lit(names[1]))
-                                   .otherwise(pl.lit(names[0])))
     return frame.with_columns(pl.lit(resolved.name, pl.String).alias("model_name"),
                               pl.lit(resolved.version, pl.String).alias("model_version"),
                               pl.lit(resolved.uri, pl.String).alias("model_uri"))
+
+
+def _flag_window(bundle, predictions: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """A binary or anomaly bundle's flags of one scored day and how they were set
+    (training.scoring.window_threshold): an anomaly task's labels are set again from the day's own
+    scores (scoring is chunked, so only here is the whole day at hand); every scoring run reports
+    ``flagged``, ``flagged_share``, ``threshold`` and ``threshold_rule``. Other tasks: unchanged, {}."""
+    config = bundle.model.config
+    if config.task != "binary":
+        return predictions, {}
+    threshold, why = window_threshold(bundle.meta, predictions["score"].to_numpy())
+    negative, positive = (config.class_names or [str(i) for i in range(config.n_classes)])[:2]
+    if bundle.meta.get("window_rule") is not None and predictions.height:  # an anomaly task
+        predictions = predictions.with_columns(label=pl.when(pl.col("score") >= threshold).then(pl.lit(positive))
+                                               .otherwise(pl.lit(negative)))
+    flagged = int((predictions["label"] == positive).sum())
+    return predictions, {"flagged": flagged, "flagged_share": flagged / predictions.height if predictions.height else 0.0,
+                         "threshold": threshold, "threshold_rule": why}
 
 
 def summarize(predictions: pl.DataFrame, class_names: list[str]) -> dict:

@@ -80,9 +80,6 @@ class TaskKRs:
     floors: list = field(default_factory=list)  # the task's floor and count rows (floor_rows)
 
 
-FLOORS = ("always_positive", "majority", "count_lr_values")  # rows beside the cells, no KA trained
-
-
 def floor_rows(task: str, metric: str, objects, labels: dict, split: dict, exclude, names: list) -> list[dict]:
     """The rows a KA's figure stands beside, on the task's own split: the floor -- flagging every
     sequence (``always_positive``, F1 tasks) or the train majority class (``majority``, accuracy

@@ -342,8 +342,7 @@ def bench_parse(loghub_dir: str | Path | Sequence[str | Path], presets: dict[str
             datasets[name]["ga_loso"] = ga
 
     def mean(field: str) -> float | None:
-        values = [d[field] for d in datasets.values() if field in d]
-        return round(sum(values) / len(values), 4) if values else None
+        return mean_of([d[field] for d in datasets.values() if field in d])
 
     fields = ["ga", "pa", "ga_loso", "ga_drain3_default", "ga_drain3_same_masks", "ga_same_parser_true_content"] + \
         [f"{m}_{v}" for v in VARIANTS for m in ("ga", "pa")]
