@@ -58,7 +58,10 @@ ENV_VAR = "SEQENC_CATALOG"
 TASK_KINDS = ("binary", "multiclass", "next_item", "anomaly")
 SPLITS = ("stratified", "fixed", "time", "grouped")
 SIZES = ("demo", "tiny")
-THRESHOLD_POLICIES = ("best_f1", "contamination", "quantile")
+# a binary task's threshold rules, fitted on dev (training.thresholds holds what each does)
+BINARY_THRESHOLD_RULES = ("best_f1", "one_se", "half")
+ANOMALY_THRESHOLD_POLICIES = ("contamination", "quantile")
+THRESHOLD_POLICIES = BINARY_THRESHOLD_RULES + ANOMALY_THRESHOLD_POLICIES
 # the demo's data generators (training.pipeline.stage_generate), by what they write
 DEMO_GENERATORS = ("hdfs_logs", "session_events", "purchases")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
@@ -157,8 +160,10 @@ class Source(_Strict):
 
 
 class Threshold(_Strict):
-    """How a binary or anomaly task turns scores into flags. ``best_f1``: the threshold with the
-    best F1 on the labelled dev sequences (binary's default); ``contamination``: flag the top
+    """How a binary or anomaly task turns scores into flags. Binary, a rule fitted on the
+    labelled dev sequences (training.thresholds): ``best_f1`` the threshold with the best dev F1,
+    ``one_se`` the one nearest 0.5 within one standard error of it, ``half`` 0.5
+    (``DEFAULT_BINARY_THRESHOLD``); anomaly: ``contamination``: flag the top
     ``share`` of the reference (dev) sequences' scores (anomaly's default, share 0.05);
     ``quantile``: flag above the ``q``-quantile of the reference scores (a clean reference
     window: ``train_on = "normal"``)."""
@@ -182,6 +187,8 @@ class Threshold(_Strict):
 
 
 DEFAULT_ANOMALY_THRESHOLD = Threshold(policy="contamination", share=0.05)
+# chosen on the bench's dev splits (docs/training.md, "Binary thresholds")
+DEFAULT_BINARY_THRESHOLD = Threshold(policy="one_se")
 
 
 class Task(_Strict):
@@ -263,10 +270,11 @@ class Task(_Strict):
         if self.split == "grouped" and not (self.group_key or self.table_source):
             raise ValueError('split = "grouped" needs group_key (or a table task: table_source)')
         policy = self.threshold.policy if self.threshold else None
-        if policy and (self.kind in ("multiclass", "next_item") or (self.kind == "binary" and policy != "best_f1")
-                       or (self.kind == "anomaly" and policy == "best_f1")):
-            raise ValueError(f"threshold policy {policy!r} does not apply to a {self.kind} task (binary: best_f1; "
-                             "anomaly: contamination or quantile)")
+        if policy and (self.kind in ("multiclass", "next_item")
+                       or (self.kind == "binary" and policy not in BINARY_THRESHOLD_RULES)
+                       or (self.kind == "anomaly" and policy not in ANOMALY_THRESHOLD_POLICIES)):
+            raise ValueError(f"threshold policy {policy!r} does not apply to a {self.kind} task (binary: "
+                             f"{', '.join(BINARY_THRESHOLD_RULES)}; anomaly: {', '.join(ANOMALY_THRESHOLD_POLICIES)})")
         return self
 
     @property
@@ -287,7 +295,7 @@ class Task(_Strict):
     def threshold_policy(self) -> dict:
         if self.threshold is not None:
             return self.threshold.to_dict()
-        return DEFAULT_ANOMALY_THRESHOLD.to_dict() if self.kind == "anomaly" else {"policy": "best_f1"}
+        return (DEFAULT_ANOMALY_THRESHOLD if self.kind == "anomaly" else DEFAULT_BINARY_THRESHOLD).to_dict()
 
     def ordered_classes(self, labels: list[str]) -> list[str]:
         """The model's classes in output order, from ``classes`` or the distinct ``labels``.

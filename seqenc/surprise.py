@@ -124,6 +124,7 @@ from tqdm.auto import tqdm
 
 from seqenc.inference import length_batches, pad_batch, to_model
 from seqenc.model import TemporalValueModeler
+from seqenc.novel_values import NovelValues
 from seqenc.sequences import TokenizedSequences, value_spans
 
 STATS = ("link", "repeat", "bin", "token", "value")
@@ -133,6 +134,10 @@ STAT_MIN_SCALE = 0.25  # nats: a key's tail scale is at least this (a determinis
 SEQ_MIN_SCALE = 0.05  # the same for a statistic's maximum over keys (units: key scores)
 MIN_SCALE = 1e-3  # the same for the KA's logit
 CALIBRATION = "tail"  # saved with a scorer; a bundle fitted otherwise is refused
+# a sequence holding a novel value (seqenc.novel_values) scores at least this: above every tail
+# score a normal sequence reaches (-log of a tail probability: 8.3 is 1 in 4,000), so a rule
+# that flags the top of the reference flags it whatever the reference's surprise
+NOVEL_SCORE = 50.0
 
 
 def _masked_copies(data: TokenizedSequences, mask_id: int, val_sep_id: int, stride: int | None = None):
@@ -295,6 +300,9 @@ class SurpriseScorer:
     seq_centre: list[float | None]  # per statistic: its largest key score over a sequence (tail_fit)
     seq_scale: list[float | None]
     stride: int | None = None  # key_surprise's stride: None = one masked copy per value
+    # unlabelled scorers: the values the masked LM's sequences never held (seqenc.novel_values);
+    # None: no such line
+    novel: NovelValues | None = None
 
     @property
     def uses_ka(self) -> bool:
@@ -302,15 +310,17 @@ class SurpriseScorer:
 
     @classmethod
     def fit(cls, stats: np.ndarray, data: TokenizedSequences, ka_probs: np.ndarray | None,
-            normal: np.ndarray, stride: int | None = None, trim: float = 0.0) -> SurpriseScorer:
+            normal: np.ndarray, stride: int | None = None, trim: float = 0.0,
+            novel: NovelValues | None = None) -> SurpriseScorer:
         """``normal``: indexes of the sequences to fit on (the normal dev sequences; for the
         unlabelled trainer, its reference sequences). ``ka_probs`` None: no KA line. ``trim``
         (no KA line only): every line is fitted without the ``trim`` share of the largest
         values it is fitted on -- a reference expected to hold that share of anomalies (the
         unlabelled trainer's contamination policy): a key that shows them would otherwise take
-        them as its own tail and score them as the usual top of the reference."""
-        if trim and ka_probs is not None:
-            raise ValueError("trim is for a scorer without a KA line (unlabelled references)")
+        them as its own tail and score them as the usual top of the reference. ``novel`` (no KA
+        line only): the novel values' line (:meth:`novel_line`); nothing of it is fitted."""
+        if (trim or novel is not None) and ka_probs is not None:
+            raise ValueError("trim and novel are for a scorer without a KA line (unlabelled references)")
         if not 0 <= trim < 1:
             raise ValueError(f"trim must be in [0, 1), got {trim}")
         if len(normal) < 2:
@@ -332,7 +342,7 @@ class SurpriseScorer:
             seq = [_finite_fit(x, SEQ_MIN_SCALE, trim) for x in per_stat.T]
         else:  # the first version's fit, kept exactly
             seq = [tail_fit(x, SEQ_MIN_SCALE) for x in per_stat.T]
-        return cls(centre, scale, ka_centre, ka_scale, [c for c, _ in seq], [s for _, s in seq], stride)
+        return cls(centre, scale, ka_centre, ka_scale, [c for c, _ in seq], [s for _, s in seq], stride, novel)
 
     def sequence_surprise(self, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
         """[n_sequences]: per statistic the largest key score, scored again against the fitted
@@ -343,19 +353,35 @@ class SurpriseScorer:
             z = np.where(np.isnan(c), -np.inf, (per_stat - np.nan_to_num(c)) / np.nan_to_num(s, nan=1.0))
         return np.nan_to_num(z, nan=-np.inf).max(1)
 
-    def combine(self, ka_probs: np.ndarray | None, stats: np.ndarray, data: TokenizedSequences) -> np.ndarray:
+    def novel_line(self, data: TokenizedSequences, novel_counts: np.ndarray | None = None) -> np.ndarray | None:
+        """[n_sequences] ``NOVEL_SCORE + log(n)`` for a sequence holding n > 0 novel values,
+        -inf for one with none (the line then leaves its score alone); None without the line.
+        ``novel_counts``: the counts of ``data``'s sequences when already computed."""
+        if self.novel is None:
+            return None
+        n = self.novel.counts(data) if novel_counts is None else novel_counts
+        with np.errstate(divide="ignore"):
+            return np.where(n > 0, NOVEL_SCORE + np.log(np.maximum(n, 1.0)), -np.inf)
+
+    def combine(self, ka_probs: np.ndarray | None, stats: np.ndarray, data: TokenizedSequences,
+                novel_counts: np.ndarray | None = None) -> np.ndarray:
         """[n_sequences, 2] probabilities of the combined score sigmoid(max(s_KA, s_surprise));
-        without a KA line sigmoid(s_surprise), and ``ka_probs`` is not read (may be None)."""
+        without a KA line sigmoid(s_surprise), and ``ka_probs`` is not read (may be None); with
+        novel values sigmoid(max(s_surprise, s_novel)) (``novel_counts`` as :meth:`novel_line`)."""
         score = self.sequence_surprise(stats, data)
         if self.uses_ka:
             score = np.maximum((_logit(ka_probs) - self.ka_centre) / self.ka_scale, score)
+        novel = self.novel_line(data, novel_counts)
+        if novel is not None:
+            score = np.maximum(score, novel)
         p = 1.0 / (1.0 + np.exp(-np.clip(score, -500, 500)))
         return np.stack([1.0 - p, p], axis=1)
 
     def to_dict(self) -> dict:
         return {"stats": list(STATS), "calibration": CALIBRATION, "centre": self.centre, "scale": self.scale,
                 "ka_centre": self.ka_centre, "ka_scale": self.ka_scale,
-                "seq_centre": self.seq_centre, "seq_scale": self.seq_scale, "stride": self.stride}
+                "seq_centre": self.seq_centre, "seq_scale": self.seq_scale, "stride": self.stride,
+                "novel": None if self.novel is None else self.novel.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> SurpriseScorer:
@@ -368,6 +394,7 @@ class SurpriseScorer:
             return None if x is None else float(x)
 
         stride = d.get("stride")
+        novel = d.get("novel")  # absent in bundles saved before the line: none
         return cls(d["centre"], d["scale"], opt(d["ka_centre"]), opt(d["ka_scale"]),
                    [opt(x) for x in d["seq_centre"]], [opt(x) for x in d["seq_scale"]],
-                   None if stride is None else int(stride))
+                   None if stride is None else int(stride), None if novel is None else NovelValues.from_dict(novel))

@@ -8,6 +8,7 @@ import pytest
 from shared_data import require
 
 from training.cli import main
+from training.thresholds import DEFAULT_RULE, THRESHOLD_RULES
 
 FIELDS = {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds"}
 DEV_FIELD = {"hdfs": "dev_f1", "milestone": "dev_macro_f1"}  # each row's dev figure: dev_<headline metric>
@@ -43,6 +44,11 @@ def test_bench_accuracy_cli_contract(tmp_path):
             binary = {"average_precision", "dev_average_precision", "dev_log_loss"} if name == "hdfs" else set()
             if mode in ("iforest", "lof", "ocsvm"):  # the peers: the library's threshold and the rule's
                 binary |= {"f1_default", "dev_f1_default", "roc_auc", "threshold_policy"}
+            if name == "hdfs" and mode in ("interleaved", "flattened", "count_lr", "count_lr_values"):
+                # every binary threshold rule (training.thresholds): its dev figure and its test F1
+                binary |= {f"{kind}{rule}" for rule in THRESHOLD_RULES for kind in ("f1_", "dev_cv_f1_")}
+                assert 0 <= metrics["dev_cv_f1_one_se"] <= 1 and 0 <= metrics["f1_half"] <= 1
+                assert metrics["f1"] == metrics[f"f1_{DEFAULT_RULE}"]  # the row's F1 is the default rule's
             assert set(metrics) == FIELDS | {DEV_FIELD[name]} | binary
             assert 0 <= metrics["macro_f1"] <= 1 and metrics["seconds"] >= 0 and 0 <= metrics[DEV_FIELD[name]] <= 1
     assert all(result["milestone"][m]["f1"] is None for m in result["milestone"])  # C-way: no binary F1

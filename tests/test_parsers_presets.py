@@ -189,11 +189,12 @@ def test_bench_ingest_contract(tmp_path):
     assert {"lines", "lines_per_s", "drain3_loop_lines_per_s", "ratio", "same_templates", "peak_rss_mb"} <= set(result)
     assert result["lines"] == 3000 and result["report"]["read"] == 3000 and result["report"]["rejected"] == 0
     assert result["same_templates"] is True
-    assert result["ratio"] == pytest.approx(result["lines_per_s"] / result["drain3_loop_lines_per_s"], abs=2e-3)
+    # the figures are rounded (rates to 0.1 line/s): relative, so a slow loop on a busy machine agrees too
+    assert result["ratio"] == pytest.approx(result["lines_per_s"] / result["drain3_loop_lines_per_s"], rel=2e-3)
     # the like-for-like loop: the ingest's masked-content cache, same templates
     assert result["drain3_cached_loop_lines_per_s"] > 0 and result["same_templates_cached"] is True
     assert result["ratio_vs_cached"] == pytest.approx(
-        result["lines_per_s"] / result["drain3_cached_loop_lines_per_s"], abs=2e-3)
+        result["lines_per_s"] / result["drain3_cached_loop_lines_per_s"], rel=2e-3)
     assert 0.5 < result["cache_hit_share"] <= 1.0  # generated lines repeat a lot
     assert out.with_suffix(".md").read_text().startswith("| lines |")
 

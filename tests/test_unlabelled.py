@@ -355,3 +355,22 @@ def test_label_free_threshold_is_a_robust_outlier_rule():
     assert logit == pytest.approx(med + 3.5 * np.median(np.abs(clean - med)) / 0.6745, rel=1e-6)
     assert 3.0 < logit < 4.0 and abs(float(np.log(cut_dirty / (1 - cut_dirty))) - logit) < 1.0
     assert (prob(dirty[1800:]) >= cut_dirty).mean() > 0.9 and (prob(clean) >= cut_clean).mean() < 0.01
+
+
+def test_label_free_threshold_on_a_reference_that_mostly_ties():
+    """Over half the reference at one floor score (MAD 0): the spread falls back to the mean
+    absolute deviation (x 1.253314), so the cut sits above the floor instead of on it; a
+    reference of one score flags anything above it."""
+    from training.unlabelled import label_free_threshold
+
+    rng = np.random.default_rng(1)
+    floor = np.full(700, -2.0)
+    tail = rng.exponential(1.0, 300) - 2.0
+    scores = np.concatenate([floor, tail])
+    cut = label_free_threshold(1 / (1 + np.exp(-scores)))
+    logit = float(np.log(cut / (1 - cut)))
+    expected = -2.0 + 3.5 * 1.253314 * np.mean(np.abs(scores + 2.0))
+    assert logit == pytest.approx(expected, rel=1e-6) and logit > -2.0
+    assert (scores >= logit).mean() < 0.1  # not the 30 % above the floor that a cut at the median flags
+    same = label_free_threshold(np.full(50, 0.3))
+    assert same > 0.3 and not (np.full(50, 0.3) >= same).any() and 0.3001 >= same

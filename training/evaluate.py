@@ -132,7 +132,8 @@ def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -
                       event_key="event", exclude_keys=tuple(task.exclude_keys), description="count baseline of a task")
     if not task.event_key:  # every key=value pair is one countable token
         ds = value_count_dataset(ds)
-    result = count_baseline(ds, seed)
+    rule = {"rule": task.threshold_policy()["policy"]} if task.kind == "binary" else {}  # the task's, like for like
+    result = count_baseline(ds, seed, **rule)
     return {k: v for k, v in result.items() if v is not None and k not in ("seconds", "vocab", "n_train", "n_test")}
 
 

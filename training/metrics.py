@@ -29,15 +29,7 @@ from sklearn.metrics import (  # noqa: E402
     precision_recall_fscore_support,
 )
 
-
-def best_threshold(y: np.ndarray, p_pos: np.ndarray) -> float:
-    """The threshold on P(positive) with the highest F1 (ties: the highest threshold)."""
-    if y.sum() == 0:
-        return 0.5
-    precision, recall, thresholds = precision_recall_curve(y, p_pos)
-    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
-    best = np.flatnonzero(f1[:-1] == f1[:-1].max())[-1]  # the last point has no threshold
-    return float(thresholds[best])
+from training.thresholds import best_f1 as best_threshold  # noqa: E402,F401  (the bench's dev-best rule)
 
 
 def predict(probs: np.ndarray, task: str, threshold: float = 0.5) -> np.ndarray:

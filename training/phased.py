@@ -28,7 +28,8 @@ import torch
 
 from training.checkpoint import Checkpointer, restore_rng, rng_state
 from training.engines import data_parallel, mean_over_ranks, training_device
-from training.metrics import best_threshold, headline, split_metrics
+from training.metrics import headline, split_metrics
+from training.thresholds import fit_threshold
 
 log = logging.getLogger(__name__)
 
@@ -128,11 +129,12 @@ class PhasedTrainer:
         return final
 
     def evaluate(self, threshold: float | None = None, splits: tuple[str, ...] = ("dev", "test")) -> dict:
-        """Metrics of ``splits`` (dev first); the binary threshold is fitted on dev if not given."""
+        """Metrics of ``splits`` (dev first); the binary threshold is fitted on dev if not given,
+        by the config's ``threshold_rule`` (training.thresholds)."""
         probs = self.split_probabilities(splits)
         dev = self.splits["dev"]
         if self.task == "binary" and threshold is None:
-            threshold = best_threshold(self.y[dev], probs[dev, 1])
+            threshold = fit_threshold(self.cfg.threshold_rule, self.y[dev], probs[dev, 1])
         threshold = 0.5 if threshold is None else threshold
         out = {"threshold": threshold, "probs": probs}
         for split in splits:

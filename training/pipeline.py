@@ -227,7 +227,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name], dtype=np.int64)
               for name in ("train", "dev", "test")}
     if spec.kind == "anomaly" and spec.train_on == "normal":  # DeepLog's setting: normal train, clean reference
-        splits = {**splits, "train": splits["train"][y[splits["train"]] == 0], "dev": splits["dev"][y[splits["dev"]] == 0]}
+        splits = {**splits, "train": splits["train"][y[splits["train"]] == 0], "dev": splits["dev"][y[splits["dev"]] == 0],
+                  "vocabulary": splits["train"]}  # novel values: held by train, never by its normal sequences
     for name in ("train", "dev"):
         if len(splits[name]) == 0:
             raise ValueError(f"task {task_name}: the {name} split is empty ({len(data.sequence_ids)} sequences); "
@@ -243,7 +244,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     model_overrides = task_model_settings(spec.kind, model_overrides, end_to_end=mode in END_TO_END)
     init_train = PRETRAINED_TRAIN if pretrained else \
         {**SCRATCH_TABLE_TRAIN, **sz.get("table_train", {})} if mode == "table" else {}
-    train = {**sz["train"], **init_train, "seed": seed, "mode": mode, **train_overrides}
+    rule = {"threshold_rule": spec.threshold_policy()["policy"]} if spec.kind == "binary" else {}  # training.thresholds
+    train = {**sz["train"], **init_train, "seed": seed, "mode": mode, **rule, **train_overrides}
     if mode == "table" and train.get("table_pretrain_steps"):  # lookup pre-training reads its own head
         model_overrides = {**model_overrides, "table_lookup_head": True}
     if mode in END_TO_END and surprise:

@@ -52,6 +52,7 @@ from seqenc.tokenizer import ValueTokenizer
 from training.data import MASK_UNITS, MLMBatches, class_weights
 from training.engines import make_engine, shard
 from training.phased import PhasedTrainer
+from training.thresholds import DEFAULT_RULE, check_rule
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +96,10 @@ class TrainConfig:
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.data)
     mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
     device: str = "auto"  # where the model trains: "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
+    threshold_rule: str = DEFAULT_RULE  # binary: how dev fits the decision threshold (training.thresholds)
 
     def __post_init__(self):
+        check_rule(self.threshold_rule)
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {MODES}")
         if self.mlm_mask_unit not in MASK_UNITS:

@@ -1,4 +1,4 @@
-"""Anomaly detection without labels: the TVM's masked LM alone, scored by its surprise.
+"""Anomaly detection without labels: the TVM's masked LM, scored by its surprise and novel values.
 
 A binary task where no label trains anything. The TVM learns the train sequences by masked LM
 (all of them, unlabelled; or those a user marks as normal, as DeepLog and LogBERT train on
@@ -8,7 +8,17 @@ negative log-likelihood taken five ways, each (key, statistic) scored by how far
 the upper tail of the *reference* sequences, the largest of these). The KA exists (the bundle
 is a plain TVMKA, ``task="binary"``) but is never trained and never read: the fitted scorer has
 no KA line (``SurpriseScorer.uses_ka`` False), and training.scoring scores such a bundle with
-the surprise alone.
+the surprise alone, plus its novel values.
+
+**Novel values** (seqenc.novel_values; ``novel_key``, default ``"event"``, the log line's
+template id): the values of that key that ``splits["vocabulary"]`` holds (default: the train
+sequences; the bench and ``train_on = "normal"`` pass every train sequence while the masked LM
+reads the normal ones) and ``splits["train"]`` never does. A sequence holding one scores above
+every tail line (seqenc.surprise.NOVEL_SCORE), as DeepLog flags a log key never seen in normal
+execution. With the masked LM on every train sequence nothing is novel. Why: on bgl the
+surprise flagged normal windows with rare parameters before alert windows at strict thresholds;
+11-12 alert-only event types sit in 78-100 % of the alert windows and in no normal one
+(docs/training.md, "Novel values").
 
 Threshold policies (``THRESHOLD_POLICIES``), both on the reference sequences' scores:
 
@@ -45,7 +55,9 @@ from pathlib import Path
 
 import numpy as np
 
+from seqenc.catalog import ANOMALY_THRESHOLD_POLICIES
 from seqenc.model import TVMKA
+from seqenc.novel_values import NOVEL_KEY, NovelValues, skipped_ids
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import STATS, SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
@@ -57,7 +69,7 @@ from training.trainer import RVD_REPLACE_PROB, MaskedLMSteps
 
 log = logging.getLogger(__name__)
 
-THRESHOLD_POLICIES = ("contamination", "quantile")
+THRESHOLD_POLICIES = ANOMALY_THRESHOLD_POLICIES  # the catalogue's list (seqenc.catalog)
 STRIDE = 8  # values masked together per copy: every 8th value (about the 15% MLM rate), seqenc.surprise
 
 
@@ -98,15 +110,22 @@ def label_free_threshold(reference_probs: np.ndarray) -> float:
     whose modified z-score among the reference sequences' scores is ``LABEL_FREE_Z``,
     ``median + 3.5 * MAD / 0.6745``. Median and MAD stay put under a contamination below one half,
     so the rule fits a reference with anomalies in it as well as a clean one; the constant is the
-    textbook's, not one measured on our data."""
+    textbook's, not one measured on our data. When over half the reference scores tie (MAD 0: a
+    score floor, as tail scores have below their tail) the spread is the mean absolute deviation
+    times 1.253314, the same textbook's fallback (a normal sigma from the mean deviation); when
+    all are equal, any higher score is flagged."""
     p = np.clip(np.asarray(reference_probs, dtype=np.float64), 1e-12, 1 - 1e-12)
     p = p[~np.isnan(p)]
     if len(p) == 0:
         raise ValueError("no reference sequences to set the threshold on")
     score = np.log(p) - np.log1p(-p)
     median = float(np.median(score))
-    mad = float(np.median(np.abs(score - median)))
-    cut = median + LABEL_FREE_Z * mad / 0.6745
+    spread = float(np.median(np.abs(score - median))) / 0.6745  # MAD, as a normal sigma
+    if spread == 0.0:  # over half the reference ties at the median (a score floor): the mean
+        spread = 1.253314 * float(np.mean(np.abs(score - median)))  # absolute deviation instead
+    if spread == 0.0:  # every reference score equal: anything above it is an outlier
+        return float(np.nextafter(p.max(), 1.0))
+    cut = median + LABEL_FREE_Z * spread
     return float(1.0 / (1.0 + np.exp(-cut)))
 
 
@@ -136,7 +155,8 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
 
     def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
                  splits: dict[str, np.ndarray], cfg, workdir: str | Path, threshold: dict,
-                 stride: int | None = STRIDE, score_train: bool = False, **kwargs):
+                 stride: int | None = STRIDE, score_train: bool = False, novel_key: str | None = NOVEL_KEY,
+                 **kwargs):
         if model.config.task != "binary":
             raise ValueError(f"unlabelled anomaly detection is a binary task, not {model.config.task!r}")
         if cfg.mlm_sequences != "all":
@@ -154,7 +174,9 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
         super().__init__(model, np.asarray(y, dtype=np.int64), splits, cfg, workdir, "binary",
                          unlabelled_plan(cfg, mlm.batches_per_epoch), **kwargs)
         self.tok, self.data, self.mlm = tok, data, mlm
-        self.stride, self.score_train = stride, score_train
+        self.stride, self.score_train, self.novel_key = stride, score_train, novel_key
+        self.novel: NovelValues | None = None  # seqenc.novel_values
+        self.novel_counts: np.ndarray | None = None  # [n_sequences] the novel values each holds
         self.surprise: SurpriseScorer | None = None
         self.surprise_stats: np.ndarray | None = None  # [n_key_rows, len(STATS)], NaN where not scored
         n_tvm = sum(n for kind, _, n in self.plan if kind == "tvm")
@@ -192,16 +214,36 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
         offsets = self.data.key_rows_of()
         rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in scored])
         self.surprise_stats[rows] = stats
+        self.fit_novel()
         self.surprise = self.fit_scorer(self.threshold_policy)
 
-    def fit_scorer(self, threshold: dict) -> SurpriseScorer:
+    def fit_novel(self) -> None:
+        """The novel values of ``novel_key`` (seqenc.novel_values): held by
+        ``splits["vocabulary"]`` (default: the train sequences), never by the train sequences
+        the masked LM read. None when the key is off or absent from train; the scorer is then
+        the surprise alone."""
+        self.novel, self.novel_counts = None, None
+        if self.novel_key is None:
+            return
+        train = np.asarray(self.splits["train"], dtype=np.int64)
+        vocabulary = np.asarray(self.splits.get("vocabulary", train), dtype=np.int64)
+        self.novel = NovelValues.fit(self.data, train, vocabulary, self.novel_key, self.tok.val_sep_id,
+                                     skipped_ids(self.tok))
+        if self.novel is None:
+            log.info("no values of key %r in the train sequences: no novel values line", self.novel_key)
+            return
+        self.novel_counts = self.novel.counts(self.data)
+        log.info("novel values: %d values of key %r that the masked LM's sequences never hold",
+                 len(self.novel.values), self.novel_key)
+
+    def fit_scorer(self, threshold: dict, novel: bool = True) -> SurpriseScorer:
         """The scorer a policy fits on the computed statistics: under ``contamination`` every
         tail line is fitted without the top ``share`` of the reference (SurpriseScorer.fit's
         ``trim``: the anomalies the policy expects there); under ``quantile`` (a clean
-        reference) on all of it."""
+        reference) on all of it. ``novel`` False: without the novel values (the surprise alone)."""
         trim = check_threshold(threshold).get("share", 0.0)
         return SurpriseScorer.fit(np.nan_to_num(self.surprise_stats), self.data, None, self.reference,
-                                  stride=self.stride, trim=trim)
+                                  stride=self.stride, trim=trim, novel=self.novel if novel else None)
 
     def probabilities(self, scorer: SurpriseScorer | None = None) -> np.ndarray:
         """[n_sequences, 2]: column 1 = sigmoid(surprise score) of ``scorer`` (default the fitted
@@ -209,14 +251,16 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
         scorer = scorer or self.surprise
         if scorer is None:
             raise RuntimeError("the surprise is fitted in the final phase")
-        probs = scorer.combine(None, np.nan_to_num(self.surprise_stats), self.data)
+        probs = scorer.combine(None, np.nan_to_num(self.surprise_stats), self.data,
+                               self.novel_counts if scorer.novel is self.novel else None)
         probs[np.setdiff1d(np.arange(self.data.n_sequences), self.scored())] = np.nan
         return probs
 
-    def rescore(self, threshold: dict) -> tuple[np.ndarray, float]:
+    def rescore(self, threshold: dict, novel: bool = True) -> tuple[np.ndarray, float]:
         """(probabilities, threshold) that another policy gives from the same final TVM's
-        statistics (no forward pass): to compare policies on dev (training.bench.accuracy)."""
-        probs = self.probabilities(self.fit_scorer(threshold))
+        statistics (no forward pass): to compare policies on dev (training.bench.accuracy);
+        ``novel`` False: the surprise alone, without the novel values."""
+        probs = self.probabilities(self.fit_scorer(threshold, novel))
         return probs, policy_threshold(probs[self.reference, 1], threshold)
 
     def evaluate(self, threshold: float | None = None, splits: tuple[str, ...] = ("dev", "test")) -> dict:

@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 
 from training.bench.data import SPLITS, BenchDataset
+from training.thresholds import DEFAULT_RULE, fit_threshold, rule_fields
 
 # --------------------------------------------------------------------------- count baseline
 
@@ -53,10 +54,11 @@ def count_vectors(ds: BenchDataset):
     return ids, vectorizer.transform([counts[s] for s in ids]).tocsr(), list(vectorizer.feature_names_)
 
 
-def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
+def count_baseline(ds: BenchDataset, seed: int = 0, rule: str = DEFAULT_RULE) -> dict:
     """Logistic regression on event-count vectors, trained on train, scored on test.
 
-    Binary: the threshold on P(Anomaly) maximising F1 on dev (training.metrics.best_threshold);
+    Binary: the threshold on P(Anomaly) that ``rule`` fits on dev (training.thresholds; the
+    trainers' default, like for like), plus every rule's ``dev_cv_f1_<rule>`` / ``f1_<rule>``;
     precision / recall / f1 of the Anomaly class plus macro / micro F1. Multiclass: arg-max
     prediction; macro / micro F1 (precision, recall, f1 are None). Next item: items ranked by
     the predicted probability (a catalogue item never a train target scores 0); recall@k and
@@ -67,7 +69,6 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     from sklearn.linear_model import LogisticRegression
 
     from training.metrics import (
-        best_threshold,
         binary_ranking,
         headline,
         predict,
@@ -92,7 +93,7 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
 
     test_probs, dev_probs = probs(part["test"]), probs(part["dev"])
     result: dict = {"precision": None, "recall": None, "f1": None, "threshold": None}
-    threshold = best_threshold(y[part["dev"]], dev_probs[:, 1]) if ds.task == "binary" else 0.5
+    threshold = fit_threshold(rule, y[part["dev"]], dev_probs[:, 1]) if ds.task == "binary" else 0.5
     key = headline(ds.task)
     dev = split_metrics(y[part["dev"]], dev_probs, ds.task, threshold)
     if ds.task == "binary":
@@ -101,7 +102,8 @@ def count_baseline(ds: BenchDataset, seed: int = 0) -> dict:
     if ds.task == "binary":
         pred = predict(test_probs, "binary", threshold)
         result.update(task_metrics(y[part["test"]], pred, "binary"), threshold=threshold,
-                      **binary_ranking(y[part["test"]], test_probs[:, 1]))
+                      **binary_ranking(y[part["test"]], test_probs[:, 1]),
+                      **rule_fields(y[part["dev"]], dev_probs[:, 1], y[part["test"]], test_probs[:, 1]))
     elif ds.task == "next_item":
         result.update(ranking_metrics(y[part["test"]], test_probs), micro_f1=None, macro_f1=None)
     else:
