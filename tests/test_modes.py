@@ -89,8 +89,10 @@ def test_keep_best_scores_and_saves_the_best_dev_evaluation_and_resumes_exactly(
     straight, killed = tmp_path / "a", tmp_path / "b"
     shutil.copytree(prepared, straight)
     shutil.copytree(prepared, killed)
+    # the best dev F1's threshold (not the default one_se, which keeps 0.5 here and ties the last
+    # evaluation's F1 with the best's): evaluations that differ, so the choice shows
     overrides = {**STEPS, "task_steps": 12, "rounds": 3, "eval_every": 1, "keep_best": True, "checkpoint_every": 3,
-                 "lr_task": 3e-3}
+                 "lr_task": 3e-3, "threshold_rule": "best_f1"}
     result = pipeline.stage_train(str(straight), "anomaly", "tiny", progress=False, mode="flattened",
                                   train_overrides=overrides)
     mlflow.set_tracking_uri(f"sqlite:///{straight / 'mlflow.db'}")

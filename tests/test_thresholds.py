@@ -93,15 +93,12 @@ def test_the_catalogue_names_the_rules():
         Task(source="s", kind="anomaly", threshold=Threshold(policy="one_se"))
 
 
-CATALOG = '''
-[sources.checkout]
-kind = "events"
-session_field = "session"
-ts_field = "at"
-label_id_column = "session"
-label_column = "verdict"
+def _catalog() -> str:
+    """The checkout source of tests/test_window_threshold.py, with a binary task on it."""
+    from test_window_threshold import CATALOG
 
-[tasks.checkout_fraud]
+    source = CATALOG[:CATALOG.index("[tasks.")]
+    return source + '''[tasks.checkout_fraud]
 source = "checkout"
 kind = "binary"
 positive = "fraud"
@@ -127,7 +124,7 @@ def test_a_binary_task_fits_its_rule_on_dev_and_the_threshold_carries_to_the_nex
     from training.scoring import score_objects
 
     catalog = tmp_path / "seqenc.toml"
-    catalog.write_text(CATALOG)
+    catalog.write_text(_catalog())
     work = tmp_path / "work"
     root = work / "data"
     _stream(tmp_path / "d1.jsonl", tmp_path / "d1.csv", "2025-04-01", 600, 0, 1.0)
