@@ -29,8 +29,6 @@ from sklearn.metrics import (  # noqa: E402
     precision_recall_fscore_support,
 )
 
-from training.thresholds import best_f1 as best_threshold  # noqa: E402,F401  (the bench's dev-best rule)
-
 
 def predict(probs: np.ndarray, task: str, threshold: float = 0.5) -> np.ndarray:
     if task == "binary":

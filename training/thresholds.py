@@ -36,14 +36,19 @@ from sklearn.metrics import f1_score, precision_recall_curve
 from seqenc.catalog import BINARY_THRESHOLD_RULES, DEFAULT_BINARY_THRESHOLD
 
 
+def _f1_curve(y: np.ndarray, p_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(thresholds, F1 at each): every distinct score as a threshold, ascending."""
+    precision, recall, thresholds = precision_recall_curve(y, p_pos)
+    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
+    return thresholds, f1[:-1]  # the curve's last point has no threshold
+
+
 def best_f1(y: np.ndarray, p_pos: np.ndarray) -> float:
     """The threshold on P(positive) with the highest F1 (ties: the highest threshold)."""
     if y.sum() == 0:
         return 0.5
-    precision, recall, thresholds = precision_recall_curve(y, p_pos)
-    f1 = 2 * precision * recall / np.maximum(precision + recall, 1e-12)
-    best = np.flatnonzero(f1[:-1] == f1[:-1].max())[-1]  # the last point has no threshold
-    return float(thresholds[best])
+    thresholds, f1 = _f1_curve(y, p_pos)
+    return float(thresholds[np.flatnonzero(f1 == f1.max())[-1]])
 
 
 def _logit(p: np.ndarray | float) -> np.ndarray:
@@ -57,8 +62,7 @@ def one_se(y: np.ndarray, p_pos: np.ndarray) -> float:
     n_pos = int(y.sum())
     if n_pos == 0:
         return 0.5
-    precision, recall, thresholds = precision_recall_curve(y, p_pos)
-    f1 = (2 * precision * recall / np.maximum(precision + recall, 1e-12))[:-1]
+    thresholds, f1 = _f1_curve(y, p_pos)
     best = float(f1.max())
     adjusted = (best * n_pos + 2.0) / (n_pos + 4.0)  # Agresti-Coull: a perfect F1 keeps an error
     band = best - math.sqrt(adjusted * (1.0 - adjusted) / (n_pos + 4.0))

@@ -238,9 +238,12 @@ def _train_unlabelled(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: 
     final = trainer.fit()
     row = _row(final["test"], "binary", final["dev"]) | {"seconds": round(time.time() - t0, 1)}
     probs = final["probs"]
-    for split, name in (("dev", "dev_roc_auc"), ("test", "roc_auc")):
-        idx = splits[split]
-        row[name] = float(roc_auc_score(y[idx], probs[idx, 1])) if len(set(y[idx])) == 2 else None
+
+    def roc_aucs(p: np.ndarray, suffix: str = "") -> dict:  # dev and test, None where a split has one class
+        return {f"{prefix}roc_auc{suffix}": float(roc_auc_score(y[splits[s]], p[splits[s], 1]))
+                if len(set(y[splits[s]])) == 2 else None for s, prefix in (("dev", "dev_"), ("test", ""))}
+
+    row |= roc_aucs(probs)
     policy = trainer.threshold_policy
     field, grid = ("share", SHARE_GRID) if policy["policy"] == "contamination" else ("q", Q_GRID)
     for value in grid:  # the same statistics, the scorer refitted as that policy fits it
@@ -252,9 +255,7 @@ def _train_unlabelled(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: 
     row["novel_values"] = len(trainer.novel.values) if trainer.novel is not None else None
     row["f1_surprise_only"] = labelled_metrics(y, alone, splits["test"], cut).get("f1")
     row["dev_f1_surprise_only"] = labelled_metrics(y, alone, splits["dev"], cut).get("f1")
-    for split, name in (("dev", "dev_roc_auc_surprise_only"), ("test", "roc_auc_surprise_only")):
-        idx = splits[split]
-        row[name] = float(roc_auc_score(y[idx], alone[idx, 1])) if len(set(y[idx])) == 2 else None
+    row |= roc_aucs(alone, "_surprise_only")
     # beside the dev-labelled constant, a threshold no label chose (training.unlabelled)
     cut = label_free_threshold(final["probs"][trainer.reference, 1])
     row["f1_label_free"] = labelled_metrics(y, final["probs"], splits["test"], cut).get("f1")

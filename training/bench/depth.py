@@ -251,7 +251,8 @@ def cell_metrics(t: TaskKRs, probs: np.ndarray, task: str) -> dict:
     threshold fitted on dev (on dev itself that F1 is optimistic and saturates at 1.0 easily);
     ``dev_loss``: the mean cross-entropy on dev (unweighted), the threshold-free figure that
     settings such as the learning rate are chosen by."""
-    from training.metrics import best_threshold, split_metrics
+    from training.metrics import split_metrics
+    from training.thresholds import best_f1 as best_threshold  # the depth study's figures: the dev-best rule
 
     dev, test = t.splits["dev"], t.splits["test"]
     threshold = None if t.metric == "accuracy" else best_threshold(t.y[dev], probs[dev, 1])
