@@ -1,15 +1,15 @@
 """seqenc_batch_score: each day, score the day's sequences with each task's champion model.
 
-Graph: ``tasks -> score[task]``, one mapped ``score`` per task of the catalogue (seqenc.catalog;
+Graph: ``tasks -> score[task]``, one mapped ``score`` per task of the catalogue (training.tasks.catalog;
 the param ``catalog``, else the Airflow Variable ``seqenc_catalog``, else ``$SEQENC_CATALOG``,
 else the built-in one), so a task added to the catalogue is scored once it has a champion.
 
 Each loads ``models:/seqenc-<task>@champion`` from the Model Registry (only the bundle's
-safetensors + JSON, training.registry), scores every sequence of the day's ingest partition of
+safetensors + JSON, training.serving.registry), scores every sequence of the day's ingest partition of
 the task's source, and writes ``<workdir>/predictions/<task>/date=<YYYY-MM-DD>/part-0.parquet``
 (sequence_id, score, label, prob_<class>..., model_name, model_version), replacing that day's
 earlier output; the counts per label and the score distribution (with a histogram) go to the
-MLflow experiment ``seqenc-scoring`` (training.batch_score). A task whose model has no champion
+MLflow experiment ``seqenc-scoring`` (training.serving.batch_score). A task whose model has no champion
 yet is skipped with that reason.
 
 Params: ``workdir`` (data root ``<workdir>/data``, predictions, and the MLflow store unless
@@ -22,54 +22,23 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import CronDataIntervalTimetable, Param, Variable, dag, get_current_context, task
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
-def _day() -> str:
-    """The param ``date``, else the data interval's (first) day, else the logical date."""
-    ctx = get_current_context()
-    if ctx["params"].get("date"):
-        return ctx["params"]["date"]
-    when = ctx.get("data_interval_start") or ctx.get("logical_date") or ctx["dag_run"].run_after
-    return when.strftime("%Y-%m-%d")
-
-
-def _catalog() -> str | None:
-    from training.workroot import confine
-
-    given = get_current_context()["params"].get("catalog")
-    return confine(given, "catalog") if given else Variable.get("seqenc_catalog", default=None)
-
-
 @task
 def tasks() -> list[str]:
-    from training.tasks import scheduled_tasks
+    from training.airflow import batch_score
 
-    return scheduled_tasks(_catalog(), get_current_context()["params"].get("tasks"))
+    return batch_score.tasks()
 
 
 @task(map_index_template="{{ seqenc_task }}")
 def score(task_name: str) -> dict:
-    from airflow.sdk.exceptions import AirflowSkipException
+    from training.airflow import batch_score
 
-    from training.batch_score import score_partitions
-    from training.pipeline import registered_model_name
-    from training.registry import NoChampionError, model_uri
-
-    ctx = get_current_context()
-    ctx["seqenc_task"] = task_name
-    params = ctx["params"]
-    from training.workroot import confine
-
-    workdir = confine(params["workdir"], "workdir")
-    uri = model_uri(registered_model_name(task_name), params["alias"])
-    try:
-        return score_partitions(uri, os.path.join(workdir, "data"), os.path.join(workdir, "predictions", task_name),
-                                dates=[_day()], tracking_dir=workdir, progress=False)
-    except NoChampionError as exc:
-        raise AirflowSkipException(str(exc)) from exc
+    return batch_score.score(task_name)
 
 
 @dag(

@@ -20,7 +20,7 @@ run in parallel across the executor's workers)::
 Configuration: params ``date`` (a day to (re-)ingest instead of the interval's), ``workdir`` (the data root is ``<workdir>/data``; default
 ``$SEQENC_WORKDIR``, else ``~/seqenc-work``) and ``landing`` (default ``$SEQENC_LANDING``, else
 ``<workdir>/landing``) and ``catalog``; per-source options from the catalogue's ``[sources.<name>]``
-(seqenc.catalog): the param ``catalog``, else the Airflow Variable ``seqenc_catalog`` (a path or
+(training.tasks.catalog): the param ``catalog``, else the Airflow Variable ``seqenc_catalog`` (a path or
 the TOML text), else ``$SEQENC_CATALOG``, else the built-in one. The mapped tasks need a shared
 work directory when they run on several machines (Celery or Kubernetes executor).
 """
@@ -30,86 +30,44 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
-from airflow.sdk import CronDataIntervalTimetable, Param, Variable, dag, get_current_context, task
+from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
 
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
 
 
-def _paths() -> tuple[str, str]:
-    """(data root, landing directory) of the current run, absolute."""
-    from training.workroot import confine
-
-    params = get_current_context()["params"]
-    workdir = confine(params["workdir"], "workdir")
-    landing = confine(params["landing"], "landing") if params.get("landing") else \
-        os.path.abspath(os.path.expanduser(os.environ.get("SEQENC_LANDING") or os.path.join(workdir, "landing")))
-    return os.path.join(workdir, "data"), landing
-
-
-def _days() -> list[str]:
-    """The param ``date`` when given, else the days of the data interval."""
-    from parsers.landing import interval_days
-
-    ctx = get_current_context()
-    if ctx["params"].get("date"):
-        return interval_days(ctx["params"]["date"])
-    start, end = ctx.get("data_interval_start"), ctx.get("data_interval_end")
-    if start is None:  # a manual run without a data interval: the day it was triggered for
-        start = ctx.get("logical_date") or ctx["dag_run"].run_after
-    return interval_days(start, end)
-
-
-def _catalog() -> str | None:
-    from training.workroot import confine
-
-    given = get_current_context()["params"].get("catalog")
-    return confine(given, "catalog") if given else Variable.get("seqenc_catalog", default=None)
-
-
 @task
 def find_files() -> list[dict]:
-    from parsers.landing import find_interval_files, prepare_formats
+    from training.airflow import ingest
 
-    root, landing = _paths()
-    catalog = _catalog()
-    files = find_interval_files(landing, _days(), catalog)
-    prepare_formats(files, root, catalog)
-    return files
+    return ingest.find_files()
 
 
 @task
 def mine_file(item: dict) -> dict:
-    from parsers.landing import mine_landing_file
+    from training.airflow import ingest
 
-    root, _ = _paths()
-    return mine_landing_file(item, root, _catalog())
+    return ingest.mine_file(item)
 
 
 @task
 def merge_templates(items: list[dict]) -> list[dict]:
-    from parsers.landing import merge_landing
+    from training.airflow import ingest
 
-    root, _ = _paths()
-    return merge_landing(list(items), root, _catalog())
+    return ingest.merge_templates(items)
 
 
 @task
 def ingest_file(item: dict) -> dict:
-    from parsers.landing import ingest_file as ingest_one
+    from training.airflow import ingest
 
-    root, _ = _paths()
-    return ingest_one(item, root, _catalog())
+    return ingest.ingest_file(item)
 
 
 @task(trigger_rule="none_failed")  # also runs when the interval has no files (mapped task skipped)
 def finalize(files: list[dict], reports) -> dict:
-    from parsers.landing import finalize_interval
+    from training.airflow import ingest
 
-    root, _ = _paths()
-    result = finalize_interval(root, _days(), files)
-    result["ingested"] = [{k: r.get(k) for k in ("path", "kind", "part", "rows", "labels", "rejected")}
-                          for r in (reports or [])]
-    return result
+    return ingest.finalize(files, reports)
 
 
 @dag(

@@ -78,7 +78,7 @@ def write_version(path: str | os.PathLike, write: Callable[[Path], None], keep: 
     ``write(folder)`` fills a fresh build folder; it then becomes ``<path>.versions/<n>`` (``n``
     one more than the highest so far) and ``path`` becomes a relative symbolic link to it, swapped
     in by a rename. A version's folder is never written again: a reader that resolves ``path``
-    once (``os.path.realpath``, as training.scoring.load_bundle does) reads every file from the
+    once (``os.path.realpath``, as training.serving.scoring.load_bundle does) reads every file from the
     same version even while newer ones are saved. The ``keep`` newest versions stay (and always
     the one ``path`` names); older ones are removed. A ``write`` that raises leaves ``path`` as it
     was. A real folder at ``path`` (an older layout) becomes a version first. Needs symbolic links

@@ -19,7 +19,7 @@ Three steps, so that an orchestrator can run the middle one once per file (Airfl
   ``_manifest.json`` per partition. Re-running an interval therefore leaves exactly the parts of
   the files that are there now: nothing duplicated, nothing stale.
 
-Per-source options come from the catalogue (seqenc.catalog: ``[sources.<name>]``: ``preset`` or
+Per-source options come from the catalogue, loaded once by the caller (parsers.sources: ``[sources.<name>]``: ``preset`` or
 ``formats`` and sessioning for logs, ``session_field`` / ``ts_field`` for events, the labels'
 ``label_id_column`` / ``label_column``, ``max_reject_share``). A landing folder of a source the
 catalogue does not declare is ingested with the defaults: events by ``session_id`` and ``ts``,
@@ -46,7 +46,7 @@ import logging
 from pathlib import Path
 
 from parsers import storage
-from seqenc.catalog import Source, load_catalog
+from parsers.sources import Source, SourceCatalog
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,11 @@ TABLE_SUFFIXES = (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet")
 MANIFEST = "_manifest.json"
 
 
-def source_spec(catalog, source: str, kind: str) -> Source:
+def source_spec(catalog: SourceCatalog | None, source: str, kind: str) -> Source:
     """The catalogue's ``[sources.<source>]``, or the defaults of an undeclared source of that
     ``kind`` ("logs" | "events" | "tables" | "texts"; a labels file takes its source's declared
-    kind, else events)."""
-    catalog = load_catalog(catalog)
-    if source in catalog.sources:
+    kind, else events). ``catalog``: the loaded catalogue (None: no source is declared)."""
+    if catalog is not None and source in catalog.sources:
         spec = catalog.sources[source]
         if spec.formats:  # relative to the catalogue's folder, as its other paths
             spec = spec.model_copy(update={"formats": str(catalog.resolve_path(spec.formats))})
@@ -177,7 +176,7 @@ def file_kind(path: str | Path, declared: str | None = None) -> str | None:
     return None
 
 
-def find_interval_files(landing: str | Path, days: list[str], catalog=None) -> list[dict]:
+def find_interval_files(landing: str | Path, days: list[str], catalog: SourceCatalog | None = None) -> list[dict]:
     """``{"path", "source", "date", "kind"}`` of every data file of the days, sorted by source,
     date and name; files of unknown types are logged and left alone. A source the catalogue
     declares as tables or texts gets its files read as such (:func:`file_kind`)."""
@@ -185,7 +184,7 @@ def find_interval_files(landing: str | Path, days: list[str], catalog=None) -> l
     found = []
     if not landing.is_dir():
         raise FileNotFoundError(f"landing directory {landing} does not exist")
-    sources = load_catalog(catalog).sources
+    sources = catalog.sources if catalog is not None else {}
     for source_dir in sorted(p for p in landing.iterdir() if p.is_dir()):
         declared = sources[source_dir.name].kind if source_dir.name in sources else None
         for day in days:
@@ -212,7 +211,7 @@ def part_of(item: dict) -> str:
     return storage.part_name(_label_stem(item) + ".csv" if item["kind"] == "labels" else item["path"])
 
 
-def prepare_formats(files: list[dict], root: str | Path, catalog=None) -> None:
+def prepare_formats(files: list[dict], root: str | Path, catalog: SourceCatalog | None = None) -> None:
     """Before log files are mined in parallel: detect and keep the header of every
     ``auto_header`` log source of ``files`` that has none yet, from its first file in list order
     -- the file a serial run would have detected it from (:func:`log_format`)."""
@@ -226,7 +225,7 @@ def prepare_formats(files: list[dict], root: str | Path, catalog=None) -> None:
             log_format(item["path"], root, item["source"], spec)
 
 
-def mine_landing_file(item: dict, root: str | Path, catalog=None) -> dict:
+def mine_landing_file(item: dict, root: str | Path, catalog: SourceCatalog | None = None) -> dict:
     """Parallel ingest, step 1 for one file (parsers.parallel_ingest.mine_file): a log file is
     mined and comes back with ``"mined": true``; other files come back as they are. A log file
     that cannot be mined (no format, unreadable) comes back with ``"mined": false`` and the
@@ -247,7 +246,7 @@ def mine_landing_file(item: dict, root: str | Path, catalog=None) -> dict:
     return {**item, "mined": True, "distinct": report["distinct"]}
 
 
-def merge_landing(items: list[dict], root: str | Path, catalog=None) -> list[dict]:
+def merge_landing(items: list[dict], root: str | Path, catalog: SourceCatalog | None = None) -> list[dict]:
     """Parallel ingest, step 2: per source, the mined files' contents into its Drain3 state in
     list order (parsers.parallel_ingest.merge_mined); returns ``items`` for the write step (a
     source whose merge failed has its files marked unmined: each is then ingested serially, and
@@ -270,10 +269,10 @@ def merge_landing(items: list[dict], root: str | Path, catalog=None) -> list[dic
     return [{**item, "mined": False} if item.get("mined") and item["source"] in failed else item for item in items]
 
 
-def ingest_file(item: dict, root: str | Path, catalog=None) -> dict:
+def ingest_file(item: dict, root: str | Path, catalog: SourceCatalog | None = None) -> dict:
     """Ingest one file found by :func:`find_interval_files` into the data root, with its source's
-    options from ``catalog`` (seqenc.catalog.load_catalog: a path, TOML text, a Catalog, or
-    None for $SEQENC_CATALOG / the default); returns the ingest report plus ``path, source,
+    options from ``catalog`` (the loaded catalogue, parsers.sources.SourceCatalog; None: every
+    source takes its kind's defaults); returns the ingest report plus ``path, source,
     date, kind, part``. A log file that :func:`merge_landing` merged (``"mined": true``) is
     written with the merged templates (parallel ingest, step 3), without the source's lock."""
     source, day, path, kind = item["source"], item["date"], Path(item["path"]), item["kind"]

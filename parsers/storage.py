@@ -93,7 +93,7 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.\-]")
 
 
 def _check_source(source: str) -> str:
-    from seqenc.catalog import check_name
+    from parsers.names import check_name
 
     return check_name(source, "source")
 

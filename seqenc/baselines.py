@@ -21,8 +21,8 @@
   BERTs); :func:`joint_config` gives that configuration.
 
 All three end in the same task head as the KA (seqenc.heads). Each builds its own batches
-(``batch_inputs``: the one definition of its input, read by training.end_to_end when it trains
-and by training.scoring when it scores) and :func:`end_to_end_proba` runs any of them over a set
+(``batch_inputs``: the one definition of its input, read by training.engine.end_to_end when it trains
+and by training.serving.scoring when it scores) and :func:`end_to_end_proba` runs any of them over a set
 of sequences. :func:`load_pretrained` loads whichever model a saved directory holds (TVM-KA or
 one of these), as named by its ``architecture.json``.
 """

@@ -15,37 +15,13 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TASKS = ("binary", "multiclass", "next_item")
-# how a model is trained (training.trainer): Algorithm 1, its ablations and the paper's baselines
-TRAINING_MODES = ("interleaved", "no_interleave", "joint", "flattened", "record_view", "table")
-# named overrides of a size's settings ({"model": ..., "train": ...}; ``seqenc train --preset``): the
-# sizes default to the measured best, "paper" restores the TVM-KA paper's 2 TVM : 1 KA steps
-TRAINING_PRESETS = {"paper": {"train": {"tvm_ka_ratio": 2.0}}}
+TASKS = ("binary", "multiclass", "next_item")  # the model's heads (seqenc.heads); task kinds map onto them
 TVM_POSITIONS = ("sequence", "within_value")
 TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer", "mafid")  # seqenc.table_model, seqenc.mafid
 KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
 KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
 # the buckets of a classifier's hashed bag of values (TVMKAConfig.value_counts, seqenc.heads)
 VALUE_COUNT_BUCKETS = 1 << 16
-# model settings a task kind gets unless its config says otherwise (the measured best, docs/training.md;
-# the paper's plain next-item head is ``{"item_history": false}``, its S(k) ``{"value_end": false}``,
-# its classifier ``{"value_counts": 0}``). multiclass: chosen on milestone's dev (docs/training.md);
-# binary keeps the paper's head: hdfs's and bgl's dev prefer the wide head, value_anomaly's does not
-# (0.923 against 0.973 with its surprise scorer; docs/model.md), so it is a per-task option there.
-TASK_MODEL_DEFAULTS = {"next_item": {"item_history": True}, "anomaly": {"value_end": True},
-                       "multiclass": {"value_counts": VALUE_COUNT_BUCKETS}}
-
-
-def task_model_settings(kind: str, overrides: dict, end_to_end: bool = False) -> dict:
-    """A task kind's TASK_MODEL_DEFAULTS under ``overrides``; for an end-to-end comparison mode
-    without ``item_history`` or ``value_counts`` (those encoders' heads read their own embedding only)."""
-    settings = {**TASK_MODEL_DEFAULTS.get(kind, {}), **overrides}
-    if end_to_end:
-        settings.pop("item_history", None)
-        settings.pop("value_counts", None)
-    return settings
-
-
 # fields whose class default changed after models were saved without them: such a saved config
 # loads with the value it was trained with (TVMKAConfig.from_dict)
 LEGACY_FIELDS = {"table_match": False, "table_numeric": False, "tableformer_bias_scale": 1.0,
@@ -86,7 +62,7 @@ class TVMKAConfig:
     value_repeats: bool = False
     # a last value [END] closing every S(k) (seqenc.sequences): where a key's values stop becomes
     # something the masked LM predicts. A tokenisation setting as value_links; off in the class
-    # (the paper's S(k)), on for anomaly tasks without labels (TASK_MODEL_DEFAULTS: hdfs dev F1
+    # (the paper's S(k)), on for anomaly tasks without labels (training.tasks.kinds, model_defaults: hdfs dev F1
     # 0.999 against 0.826, docs/training.md).
     value_end: bool = False
 
@@ -125,7 +101,7 @@ class TVMKAConfig:
     # The paper trains the TVM with MLM alone, which never trains position 0, so KR(k) only
     # summarises S(k) by chance. With RVD on, a linear head on the [CLS] output learns, in the
     # TVM steps, whether one value of S(k) was swapped for a value of the same key from another
-    # sequence (training.data.MLMBatches), so KR(k) carries "these values disagree". Off by
+    # sequence (training.tasks.data.MLMBatches), so KR(k) carries "these values disagree". Off by
     # default (the paper); ``seqenc bench accuracy --modes interleaved+rvd`` measures it.
     replaced_value_detection: bool = False
 
@@ -153,7 +129,7 @@ class TVMKAConfig:
     # often and how recently it occurs among the values of the task's item key -- through two
     # learned weights added to every item's score (seqenc.heads.NextItemHead). Off in the class
     # (the paper's head; bundles saved before it load unchanged); on for next_item tasks by
-    # TASK_MODEL_DEFAULTS, the measured best.
+    # the task kind's model_defaults (training.tasks.kinds), the measured best.
     item_history: bool = False
     # binary / multiclass: the classifier also reads the sequence's bag of values -- log(1 + count)
     # of every (key, value) pair of its S(k), hashed into this many buckets -- through a linear layer
@@ -211,7 +187,7 @@ class TVMKAConfig:
     # for a config saved before the field (LEGACY_FIELDS)
     table_numeric: bool = True
     # a second head on a table encoder's pooled output, two logits for the lookup statements of
-    # intermediate pre-training (training.table_pretrain); the pipeline sets it when that runs
+    # intermediate pre-training (training.engine.table_pretrain); the pipeline sets it when that runs
     table_lookup_head: bool = False
     # wide and deep for table encoders (as value_counts for sequences): the classifier's logits
     # also read seqenc.table_inputs.overlap_features (word overlap of the text with the best rows,

@@ -6,7 +6,7 @@ small that a gradient step changes the model's output by Theta(eta) whatever the
 
 1. Xavier initialisation of every new parameter (:func:`xavier_init`; loaded weights keep theirs);
 2. no warm-up and no LayerNorm inside the new layers (``seqenc.model.Layer(norm=False)``; the
-   trainer gives the KA no warm-up, training.trainer);
+   trainer gives the KA no warm-up, training.engine.trainer);
 3. mu = max_j ||x_j||, the largest input norm over a forward pass on all training examples
    (:func:`input_norm_bound`);
 4. inside each new layer, the attention's value and output projections (v, w) and both MLP

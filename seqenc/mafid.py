@@ -119,7 +119,7 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         self.fuse = GatedCrossAttention(config, gated=config.mafid_gate) if self.multi_row is not None else None
         self.row_gate = nn.Parameter(torch.zeros(config.d_model)) if config.mafid_gate else None
         self.head = make_head(config)
-        # intermediate pre-training's head (training.table_pretrain): true / false lookup statements
+        # intermediate pre-training's head (training.engine.table_pretrain): true / false lookup statements
         self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
         self.wide = WideHead(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)

@@ -219,7 +219,7 @@ class TemporalValueModeler(nn.Module):
     def mlm_loss(self, input_ids, attention_mask, labels, replaced: torch.Tensor | None = None):
         """Cross-entropy on positions whose label is not -100 (only those are decoded).
 
-        With ``replaced`` ([B, L] bool, training.data.MLMBatches: at [CLS] "a value of this row
+        With ``replaced`` ([B, L] bool, training.tasks.data.MLMBatches: at [CLS] "a value of this row
         was swapped", elsewhere "this token is part of the swapped value") returns ``(mlm,
         rvd)``: the MLM loss and the RVD head's binary cross-entropy, the mean over the [CLS]
         positions plus the mean over all other real positions (equal weights: KR(k) is the [CLS]

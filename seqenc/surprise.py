@@ -31,7 +31,7 @@ top ``TAIL_SHARE`` of the normal sequences exceed, excesses are taken as exponen
 score estimates -log P(a normal sequence's statistic >= x). Per statistic, a sequence's largest
 key score is scored again by a tail line of its own (a maximum over ~13 keys is large even on a
 normal sequence); the KA's logit gets a tail line too. The anomaly score is the largest of
-these, through a sigmoid; the decision threshold is chosen on dev (training.phased). Why tails
+these, through a sigmoid; the decision threshold is chosen on dev (training.engine.phased). Why tails
 and not a mean and standard deviation: the statistics are far from Gaussian. The bin NLL of a
 normal S(size) is bimodal (the 64 MiB block size ~1 nat, any other size 7-8), a key like
 ``level`` is ~0 except on blocks with a WARN line. A z-score measures the bulk and gave a value
@@ -39,7 +39,7 @@ beyond every normal one (an oversize bin at 12-13 nats, the normal maximum 8.6) 
 the noise of other keys; what matters is how far into, or beyond, the normal tail a value lies.
 
 **The masked LM should learn normal behaviour only** (``TrainConfig.mlm_sequences="normal"``,
-training.trainer.mlm_rows). Trained on every train sequence, the TVM also learns the labelled
+training.engine.trainer.mlm_rows). Trained on every train sequence, the TVM also learns the labelled
 anomalies' values: an oversize block's bin token then costs 8.9-9.8 nats against a normal
 maximum of 8.3. Trained on the normal ones, it costs 12.2-13 nats against 8.6 (value_anomaly,
 seed 0, dev and test blocks). With ``surprise_scoring`` on and the masked LM reading every
@@ -81,13 +81,13 @@ Choices (the TVM-KA paper scores with the KA alone; this is an option,
 * ``TAIL_SHARE`` = 10 %, the usual choice for peaks over threshold (with ~270 normal dev
   sequences, 27 tail points per key); the scale floors keep a key that is constant on normal
   sequences from turning a rounding difference into an anomaly (0.25 nats per key);
-* the fitted lines are JSON in the bundle's ``metadata.json`` (training.scoring), so batch
+* the fitted lines are JSON in the bundle's ``metadata.json`` (training.serving.scoring), so batch
   scoring and the pyfunc combine the scores the same way; a bundle fitted by an earlier
   version (other statistics or calibration) is refused with a "retrain" message;
 * cost: about 35 s on value_anomaly (134k values, two CPU threads); not measured on hdfs, where
   every block has many more values.
 
-**Without the KA: anomaly detection without labels** (training.unlabelled). The scorer fitted
+**Without the KA: anomaly detection without labels** (training.engine.unlabelled). The scorer fitted
 with ``ka_probs=None`` has no KA line (``uses_ka`` False, ``ka_centre`` null in the bundle) and
 scores by the surprise alone; such a fit also leaves out the (key, statistic) lines that are
 zero on every fitted sequence (markers the tokenizer does not add): a constant line would score
@@ -286,7 +286,7 @@ class SurpriseScorer:
     sequences (module docstring); :meth:`combine` turns KA probabilities into combined ones.
 
     Without a KA line (``ka_centre`` None: fitted with ``ka_probs=None``, the unlabelled
-    trainer, training.unlabelled) the score is the surprise alone; such a fit also leaves out
+    trainer, training.engine.unlabelled) the score is the surprise alone; such a fit also leaves out
     every (key, statistic) that is zero on all the fitted sequences (a marker the tokenizer does
     not add, a bin token of a key without bins): a constant line scores every sequence the same,
     -log TAIL_SHARE, which would tie all sequences below the tail -- harmless for a threshold in

@@ -57,7 +57,7 @@ from seqenc.structure import CELL, HEADER, TEXT
 from seqenc.table_numbers import numeric_features
 from seqenc.tokenizer import ValueTokenizer
 
-# a text's objects sit at TEXT_STEP + their step (training.table_task), before the table's rows
+# a text's objects sit at TEXT_STEP + their step (training.tasks.table_task), before the table's rows
 TEXT_STEP = -(2**31)
 FIELDS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids", "numeric_ids")
 NO_NUMBER = (0, 0, 0)  # numeric_ids of a token whose cell holds no number (the text's, the header's)

@@ -14,8 +14,8 @@ seqenc.attention's, and the table structure enters as seqenc.structure makes it:
   depend on the order of rows or columns (tests/test_table_model.py shuffles them).
 
 The [CLS] output feeds the task head (seqenc.heads), as every model of the package. The model is
-a training mode of its own ("table", training.end_to_end) over a task whose examples join a text
-to its table (training.task_data); :meth:`TableTextEncoder.batch_inputs` builds its batches.
+a training mode of its own ("table", training.engine.end_to_end) over a task whose examples join a text
+to its table (training.tasks.task_data); :meth:`TableTextEncoder.batch_inputs` builds its batches.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         self.new_layers = nn.ModuleList(Layer(config, None, 0.0, norm=not fixup)
                                         for _ in range(config.table_new_layers))
         self.head = make_head(config)
-        # intermediate pre-training's head (training.table_pretrain): true / false lookup statements
+        # intermediate pre-training's head (training.engine.table_pretrain): true / false lookup statements
         self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
         self.wide = WideHead(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)

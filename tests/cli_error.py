@@ -2,7 +2,7 @@
 
 import pytest
 
-from training.cli import main
+from training.cli.main import main
 
 
 def cli_error(argv: list[str]) -> str:

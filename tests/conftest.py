@@ -11,6 +11,8 @@ import os
 
 import pytest
 
+from training.tasks.spec import resolve_task
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
@@ -24,8 +26,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 def prepared_task(tmp_path_factory):
     """``prepared_task(task)``: a tiny work directory with the task's built-in data generated,
     ingested and turned into value sequences (made once per session; copy it before training)."""
-    from seqenc.catalog import load_catalog
-    from training import pipeline
+    from training.pipeline import stages as pipeline
+    from training.tasks.catalog import load_catalog
 
     made = {}
 
@@ -35,7 +37,7 @@ def prepared_task(tmp_path_factory):
             raw = pipeline.stage_generate(str(work), "tiny", seed=0)
             source = load_catalog().task(task).source
             pipeline.stage_ingest(str(work), source, raw[source]["path"], raw[source]["labels"])
-            pipeline.stage_sequences(str(work), task, "tiny", seed=0)
+            pipeline.stage_sequences(str(work), resolve_task(None, task), "tiny", seed=0)
             made[task] = work
         return made[task]
 

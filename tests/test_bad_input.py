@@ -147,7 +147,7 @@ UNSAFE = ["../x", "..", "/etc/passwd", "a/b", "a\x00b", ".hidden", "x" * 65, "",
 
 @pytest.mark.parametrize("bad", UNSAFE)
 def test_unsafe_names_are_refused_with_exit_code_2_and_nothing_is_written(tmp_path, capsys, bad):
-    from training.cli import main
+    from training.cli.main import main
 
     events = tmp_path / "ev.jsonl"
     events.write_text(_event("1") + "\n")
@@ -164,8 +164,8 @@ def test_unsafe_names_are_refused_with_exit_code_2_and_nothing_is_written(tmp_pa
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "not a safe name" in err[0], err
     assert not any(tmp_path.glob("root")) and not (tmp_path / "w").exists() and not (tmp_path / "o").exists()
+    from parsers.names import UnsafeName
     from parsers.storage import objects_dir
-    from seqenc.catalog import UnsafeName
 
     with pytest.raises(UnsafeName):
         objects_dir(root, bad)

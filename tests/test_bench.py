@@ -3,7 +3,7 @@
 import json
 
 from training.bench.model import ModelBenchSettings, bench_model, expected_tokens, run_isolated, summarise, table
-from training.cli import main
+from training.cli.main import main
 
 TINY = ["--d-model", "32", "--n-layers", "1", "--n-heads", "2", "--n-shared-heads", "1", "--window", "32",
         "--no-progress"]

@@ -7,8 +7,8 @@ import sys
 import pytest
 from shared_data import require
 
-from training.cli import main
-from training.thresholds import DEFAULT_RULE, THRESHOLD_RULES
+from training.cli.main import main
+from training.tasks.thresholds import DEFAULT_RULE, THRESHOLD_RULES
 
 FIELDS = {"precision", "recall", "f1", "macro_f1", "micro_f1", "seconds"}
 DEV_FIELD = {"hdfs": "dev_f1", "milestone": "dev_macro_f1"}  # each row's dev figure: dev_<headline metric>
@@ -19,7 +19,7 @@ def test_bench_accuracy_cli_contract(tmp_path):
     out = tmp_path / "acc.json"
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}))
-    cmd = [sys.executable, "-m", "training.cli", "bench", "accuracy", "--data", str(data), "--json", str(out),
+    cmd = [sys.executable, "-m", "training.cli.main", "bench", "accuracy", "--data", str(data), "--json", str(out),
            "--size", "tiny", "--datasets", "hdfs,milestone", "--modes", "interleaved,flattened",
            "--limit", "hdfs=100", "--limit", "milestone=60", "--config", str(config), "--no-progress"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -45,7 +45,7 @@ def test_bench_accuracy_cli_contract(tmp_path):
             if mode in ("iforest", "lof", "ocsvm"):  # the peers: the library's threshold and the rule's
                 binary |= {"f1_default", "dev_f1_default", "roc_auc", "threshold_policy"}
             if name == "hdfs" and mode in ("interleaved", "flattened", "count_lr", "count_lr_values"):
-                # every binary threshold rule (training.thresholds): its dev figure and its test F1
+                # every binary threshold rule (training.tasks.thresholds): its dev figure and its test F1
                 binary |= {f"{kind}{rule}" for rule in THRESHOLD_RULES for kind in ("f1_", "dev_cv_f1_")}
                 assert 0 <= metrics["dev_cv_f1_one_se"] <= 1 and 0 <= metrics["f1_half"] <= 1
                 assert metrics["f1"] == metrics[f"f1_{DEFAULT_RULE}"]  # the row's F1 is the default rule's

@@ -7,8 +7,8 @@ import mlflow
 import pytest
 from shared_data import DATA, require
 
-from training import tracking
-from training.cli import main
+from training.cli.main import main
+from training.serving import tracking
 
 
 def test_bench_depth_writes_the_contract(tmp_path):

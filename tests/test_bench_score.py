@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 import training.bench.score as bench_score
-from training.cli import main
+from training.cli.main import main
 
 TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "n_shared_heads": 1, "d_ff": 64, "max_positions": 64,
               "vocab_size": 512}
@@ -63,7 +63,7 @@ def test_bench_score_contract_and_batching_keeps_the_scores(tmp_path, monkeypatc
 def test_batch_scoring_in_chunks_gives_the_rows_of_one_pass(tmp_path):
     """``seqenc score`` reads a day lazily and scores it a chunk of sequences at a time: the same
     rows (every sequence once, sorted) as one chunk holding the whole day."""
-    from training.batch_score import score_partitions
+    from training.serving.batch_score import score_partitions
 
     settings = bench_score.ScoreBenchSettings(sequences=30, **TINY_MODEL)
     root, bundle, stats = bench_score.prepare(settings, tmp_path / "work")

@@ -7,7 +7,7 @@ import polars as pl
 from shared_data import DATA, require
 
 from training.bench.tables import overlap_features, perturb_table, table_words
-from training.cli import main
+from training.cli.main import main
 
 
 def test_bench_tables_writes_the_contract(tmp_path):

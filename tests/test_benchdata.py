@@ -13,17 +13,17 @@ from parsers.presets import resolve
 from parsers.storage import OBJECTS_SCHEMA, polars_schema
 from parsers.synthetic import FULL_BLOCK
 from parsers.value_anomaly import VALUE_ANOMALY_KINDS, generate_value_anomaly_logs
-from training.bench.baselines import always_positive, count_baseline
 from training.bench.data import (
     BINARY,
     DATASETS,
-    BenchDataset,
+    LabelledDataset,
     duplicates_across_splits,
     load_dataset,
     sequence_contents,
     stratified_split,
 )
 from training.bench.hdfs import content_split
+from training.tasks.baselines import always_positive, count_baseline
 
 REAL = {"hdfs", "bgl"}
 LIMIT = {"hdfs": 300, "bgl": 400, "milestone": 150, "value_anomaly": 300, "next_item": 100}
@@ -45,7 +45,7 @@ def workdir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def loaded(workdir):
     """name -> (first call, second call into the same workdir); built lazily."""
-    cache: dict[str, tuple[BenchDataset, BenchDataset]] = {}
+    cache: dict[str, tuple[LabelledDataset, LabelledDataset]] = {}
 
     def get(name):
         if name not in cache:
@@ -61,7 +61,7 @@ def value_anomaly_full(workdir):
     return load_dataset("value_anomaly", "/nonexistent-data-dir", workdir / "full", seed=0)
 
 
-def event_sequences(ds: BenchDataset) -> pl.DataFrame:
+def event_sequences(ds: LabelledDataset) -> pl.DataFrame:
     return (ds.objects.filter(pl.col("key") == ds.event_key).sort("sequence_id", "step")
             .group_by("sequence_id", maintain_order=True).agg(events=pl.col("value").str.join(" "))
             .join(ds.labels, on="sequence_id"))
@@ -226,7 +226,7 @@ def test_duplicates_and_always_positive_on_a_hand_made_dataset():
                         {"sequence_id": sid, "step": step, "key": "noise", "value": sid}]
     objects = pl.DataFrame(objects).with_columns(ts=pl.lit(None, pl.Datetime("us")), template_id=pl.lit(None, pl.Int64))
     objects = objects.select(polars_schema(OBJECTS_SCHEMA).names()).cast(polars_schema(OBJECTS_SCHEMA))
-    ds = BenchDataset("toy", "binary", BINARY, objects,
+    ds = LabelledDataset("toy", "binary", BINARY, objects,
                       pl.DataFrame({"sequence_id": [r[0] for r in rows], "label": [r[2] for r in rows]}),
                       pl.DataFrame({"sequence_id": [r[0] for r in rows], "split": [r[1] for r in rows]}),
                       "event", ("noise",), "toy")

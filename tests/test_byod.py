@@ -13,9 +13,9 @@ import pytest
 from byod_data import STAGES, write_byod
 
 from parsers import storage
-from seqenc.catalog import CatalogError, load_catalog
 from seqenc.tokenizer import ValueTokenizer
-from training.cli import main
+from training.cli.main import main
+from training.tasks.catalog import CatalogError, load_catalog
 
 
 def _json(capsys) -> dict:
@@ -116,7 +116,7 @@ def test_an_unlabelled_anomaly_task_finds_the_breaches(byod, capsys):
     metrics = _json(capsys)["metrics"]
     share = stats["class_counts"]["breach"] / 120
     assert metrics["labelled"] == 120 and metrics["average_precision"] > 2 * share
-    # an anomaly task's S(k) end with [END] (seqenc.config.TASK_MODEL_DEFAULTS), in training and in
+    # an anomaly task's S(k) end with [END] (training.tasks.kinds (model_defaults)), in training and in
     # the saved model that scoring rebuilds them with
     assert ValueTokenizer.from_file(work / "sequences" / "vault_watch" / "tokenizer.json").value_end
     bundle = work / "models" / "vault_watch" / "bundle"
@@ -165,8 +165,8 @@ def test_a_time_split_trains_on_the_oldest_and_tests_on_the_newest():
 
     import numpy as np
 
-    from seqenc.catalog import Task
-    from training.task_data import assign_splits
+    from training.tasks.catalog import Task
+    from training.tasks.task_data import assign_splits
 
     task = Task(source="s", kind="multiclass", split="time")
     ids = [f"s{i}" for i in range(20)]

@@ -30,7 +30,7 @@ def runs(tmp_path_factory):
     catalog = base / "seqenc.toml"
     catalog.write_text(catalogue_text(base / "formats.json") + table_catalogue_text())
 
-    # the catalogue lies beside the work directory: the work root (training/workroot.py) holds both
+    # the catalogue lies beside the work directory: the work root (training/airflow/workroot.py) holds both
     env = airflow_env(base / "airflow", {"SEQENC_WORKDIR": str(workdir), "SEQENC_WORK_ROOT": str(base)})
     migrate(env)
     conf = {"workdir": str(workdir), "catalog": str(catalog)}

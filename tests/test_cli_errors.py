@@ -13,7 +13,7 @@ import pytest
 from byod_data import write_byod
 from cli_error import cli_error
 
-from training.cli import main
+from training.cli.main import main
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_unreadable_model_uri(setup):
 
 
 def test_the_process_prints_one_line_and_verbose_shows_the_traceback(setup):
-    argv = [sys.executable, "-m", "training.cli", "tasks", "--catalog", str(setup["base"] / "missing.toml")]
+    argv = [sys.executable, "-m", "training.cli.main", "tasks", "--catalog", str(setup["base"] / "missing.toml")]
     quiet = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert quiet.returncode != 0 and "Traceback" not in quiet.stderr
     assert len([ln for ln in quiet.stderr.splitlines() if ln.strip()]) == 1
@@ -124,7 +124,7 @@ def test_the_demo_reads_seqenc_size_too(tmp_path, monkeypatch):
 
 
 def test_size_precedence_flag_then_task_then_environment(monkeypatch):
-    from training.pipeline import resolve_size
+    from training.pipeline.stages import resolve_size
 
     monkeypatch.delenv("SEQENC_SIZE", raising=False)
     assert resolve_size(None, None) == "demo"

@@ -1,12 +1,12 @@
-"""training.bench.baselines: the count LR on event counts and on the counts of every key=value pair."""
+"""training.tasks.baselines: the count LR on event counts and on the counts of every key=value pair."""
 
 import polars as pl
 
-from training.bench.baselines import COUNT_KEY, count_baseline, count_vectors, value_count_dataset
-from training.bench.data import BenchDataset, _as_objects, stratified_split
+from training.bench.data import LabelledDataset, _as_objects, stratified_split
+from training.tasks.baselines import COUNT_KEY, count_baseline, count_vectors, value_count_dataset
 
 
-def plan_dataset(n: int = 90) -> BenchDataset:
+def plan_dataset(n: int = 90) -> LabelledDataset:
     """Sequences of three events each; the label lives only in the value of ``plan``
     (``pro`` -> "upgrade"), never in the events; ``pid`` is unique per sequence and excluded."""
     rows, labels = [], []
@@ -21,7 +21,7 @@ def plan_dataset(n: int = 90) -> BenchDataset:
     objects = pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row").with_columns(
         pl.lit(None, dtype=pl.Datetime("us")).alias("ts"), pl.lit(None, dtype=pl.Int64).alias("template_id"))
     labels = pl.DataFrame(labels, schema=["sequence_id", "label"], orient="row")
-    return BenchDataset("plans", "binary", ("none", "upgrade"), _as_objects(objects), labels,
+    return LabelledDataset("plans", "binary", ("none", "upgrade"), _as_objects(objects), labels,
                         stratified_split(labels, 0), "event", ("pid",), "a value-only label")
 
 
@@ -51,7 +51,7 @@ def test_bench_accuracy_modes_none_runs_the_baselines_only(tmp_path):
     import sys
 
     out = tmp_path / "base.json"
-    done = subprocess.run([sys.executable, "-c", "import sys; from training.cli import main; sys.exit(main())",
+    done = subprocess.run([sys.executable, "-c", "import sys; from training.cli.main import main; sys.exit(main())",
                            "bench", "accuracy", "--data", str(tmp_path / "no-shared-data-needed"), "--json", str(out),
                            "--datasets", "milestone", "--modes", "none", "--limit", "milestone=60", "--size", "tiny",
                            "--no-progress"], capture_output=True, text=True, timeout=600)

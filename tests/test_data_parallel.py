@@ -14,7 +14,7 @@ import torch
 from ranks import run_ranks
 from safetensors.torch import load_file
 
-from training.pipeline import stage_generate, stage_ingest
+from training.pipeline.stages import stage_generate, stage_ingest
 
 
 def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
@@ -24,7 +24,7 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
     ds = tmp_path / "ds.json"
     ds.write_text(json.dumps({"zero_optimization": {"stage": 1},
                               "optimizer": {"type": "AdamW", "params": {"torch_adam": True}}}))
-    cmd = [sys.executable, "-m", "training.cli", "train", "--workdir", str(workdir), "--task", "anomaly",
+    cmd = [sys.executable, "-m", "training.cli.main", "train", "--workdir", str(workdir), "--task", "anomaly",
            "--size", "tiny", "--deepspeed", str(ds), "--no-progress"]
     outputs = run_ranks(cmd, tmp_path, world=2, env={"OMP_NUM_THREADS": "1"})
 
@@ -43,7 +43,7 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
     last = {r: sorted((job / "checkpoints" / f"rank-{r}").glob("step-*"))[-1] for r in (0, 1)}
     assert last[0].name == last[1].name
     # logged losses are the mean over both ranks' halves: both ranks hold the same history
-    from training.checkpoint import join_tensors
+    from training.engine.checkpoint import join_tensors
 
     histories = [join_tensors(json.loads((last[r] / "state.json").read_text()),
                               load_file(str(last[r] / "tensors.safetensors")))["history"] for r in (0, 1)]
@@ -59,7 +59,7 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
                                                               for p in job.glob("kr_cache_*")}) for r in (0, 1)]
 
     # the model trained under ZeRO-1 (its weights were views into DeepSpeed's flat buffer) saved and loads
-    from training.scoring import load_bundle
+    from training.serving.scoring import load_bundle
 
     model, _, meta = load_bundle(printed[0]["model_dir"])
     saved = load_file(str(Path(printed[0]["model_dir"]) / "model.safetensors"))
@@ -67,7 +67,7 @@ def test_two_ranks_train_one_model_and_log_one_run(tmp_path):
 
 
 def test_each_rank_keeps_its_rows_of_a_batch():
-    from training.engines import data_parallel, shard
+    from training.engine.engines import data_parallel, shard
 
     batch = (torch.arange(10).reshape(5, 2), torch.arange(5))
     halves = [shard(batch, r, 2) for r in (0, 1)]

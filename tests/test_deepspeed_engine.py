@@ -18,7 +18,7 @@ import pytest
 import torch
 from shared_data import in_ci
 
-from training.deepspeed_engine import import_deepspeed
+from training.engine.deepspeed_engine import import_deepspeed
 
 
 def _deepspeed_or_skip():
@@ -40,11 +40,11 @@ from seqenc.config import TVMKAConfig  # noqa: E402
 from seqenc.inference import to_model  # noqa: E402
 from seqenc.model import TVMKA  # noqa: E402
 from seqenc.sequences import collect_value_sequences  # noqa: E402
-from training.checkpoint import join_tensors, split_tensors  # noqa: E402
-from training.data import split_indices  # noqa: E402
-from training.deepspeed_engine import DeepSpeedEngine  # noqa: E402
-from training.engines import PlainEngine  # noqa: E402
-from training.trainer import InterleavedTrainer, TrainConfig  # noqa: E402
+from training.engine.checkpoint import join_tensors, split_tensors  # noqa: E402
+from training.engine.deepspeed_engine import DeepSpeedEngine  # noqa: E402
+from training.engine.engines import PlainEngine  # noqa: E402
+from training.engine.trainer import InterleavedTrainer, TrainConfig  # noqa: E402
+from training.tasks.data import split_indices  # noqa: E402
 
 LR, WD, WARMUP, TOTAL, CLIP = 1e-2, 0.01, 2, 10, 0.5
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")  # where DeepSpeed puts a network
@@ -115,7 +115,7 @@ def run(model, engines, schedule):
 
 
 def plain_roundtrip(state):
-    """Through JSON + a tensor table, as training.checkpoint stores it: no pickles, no custom objects."""
+    """Through JSON + a tensor table, as training.engine.checkpoint stores it: no pickles, no custom objects."""
     tensors = {}
     skeleton = json.loads(json.dumps(split_tensors(state, tensors, "s")))
     return join_tensors(skeleton, {k: v.clone() for k, v in tensors.items()})
@@ -209,7 +209,7 @@ def test_config_from_a_json_file_defaults_and_fp32_on_cpu(tmp_path):
 def test_bf16_as_on_a_gpu(monkeypatch, stage):
     """bf16 is only honoured off CPU; pretend (DeepSpeed's CPU accelerator runs bf16): with the
     shared heads it is refused, without sharing the state (fp32 master included) resumes exactly."""
-    import training.deepspeed_engine as module
+    import training.engine.deepspeed_engine as module
 
     monkeypatch.setattr(module, "_accelerator_is_cpu", lambda: False)
     cfg = {**ds_config(stage), "bf16": {"enabled": True}}
@@ -260,7 +260,7 @@ def test_interleaved_trainer_under_deepspeed(tmp_path, stage, caplog):
     shared_before = [p.detach().clone() for p in model.shared_parameters()]
     cfg = TrainConfig(pretrain_steps=3, rounds=2, tvm_steps_per_round=2, grad_accum=2, batch_tokens=256,
                       ka_batch_size=8, warmup_steps=2, deepspeed=ds_config(stage))
-    with caplog.at_level("INFO", logger="training.deepspeed_engine"):
+    with caplog.at_level("INFO", logger="training.engine.deepspeed_engine"):
         trainer = InterleavedTrainer(model, tok, data, y, split_indices(y, 0), cfg, tmp_path, progress=False)
     assert all(isinstance(e, DeepSpeedEngine) for e in trainer.engines.values())
     # each engine says what it runs (the line a GPU log is read for)

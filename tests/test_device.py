@@ -20,10 +20,11 @@ from test_trainer import build, toy_objects
 
 from seqenc.inference import model_device, model_dtype, predict_proba, to_model
 from seqenc.model import TVMKA
-from training.end_to_end import EndToEndTrainer, comparison_model
-from training.engines import training_device
-from training.scoring import load_bundle, save_bundle, score_objects
-from training.trainer import InterleavedTrainer
+from training.engine.end_to_end import EndToEndTrainer
+from training.engine.engines import training_device
+from training.engine.modes import MODES
+from training.engine.trainer import InterleavedTrainer
+from training.serving.scoring import load_bundle, save_bundle, score_objects
 
 
 def watch_inputs(network: torch.nn.Module) -> list[int]:
@@ -84,7 +85,7 @@ def test_interleaved_batches_follow_the_model(tmp_path):
 def test_end_to_end_batches_follow_the_model(tmp_path, mode):
     model, tok, data, y, splits, cfg = build(rounds=1, mode=mode, task_steps=3, batch_size=8, device="cpu")
     objects, _ = toy_objects()
-    e2e, inputs = comparison_model(mode, model.config, data, tok, objects)
+    e2e, inputs = MODES[mode].build_model(model.config, data, tok, objects)
     e2e.double()
     calls = watch_inputs(e2e)
     trainer = EndToEndTrainer(e2e, inputs, y, splits, cfg, tmp_path, "binary", 2, progress=False)
@@ -166,7 +167,7 @@ def test_a_bundle_loads_where_it_is_asked_to(tmp_path):
 def test_seqenc_score_device_flag(tmp_path):
     """``seqenc score --device`` reaches the loader; a device that is not one is one line."""
     from parsers import storage
-    from training.cli import main
+    from training.cli.main import main
 
     model, tok, *_ = build(pretrain_steps=2, rounds=1, tvm_steps_per_round=2)
     save_bundle(model, tok, {"task": "binary", "threshold": 0.5, "source": "toy"}, tmp_path / "bundle")
@@ -186,8 +187,8 @@ def test_seqenc_score_device_flag(tmp_path):
 def test_a_checkpoint_resumes_on_another_device_but_not_with_another_config():
     from dataclasses import asdict
 
-    from training.phased import same_run
-    from training.trainer import TrainConfig
+    from training.engine.phased import same_run
+    from training.engine.trainer import TrainConfig
 
     cfg = TrainConfig(device="cpu")
     saved = asdict(TrainConfig(device="cuda"))
@@ -202,7 +203,7 @@ def test_seqenc_train_device_flag(prepared_task, tmp_path):
     """``--device`` reaches the trainer; a device that is not one is a one-line user error."""
     import shutil
 
-    from training.cli import main
+    from training.cli.main import main
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)

@@ -3,7 +3,7 @@
 import pytest
 from shared_data import env_flag, in_ci
 
-from seqenc.catalog import UnsafeName, check_name
+from parsers.names import UnsafeName, check_name
 
 
 def test_one_reader_of_yes_no_flags(monkeypatch):

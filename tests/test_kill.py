@@ -34,7 +34,7 @@ def events(tmp_path_factory) -> Path:
 
 
 def _ingest_cmd(path: Path, root: Path) -> list[str]:
-    return [sys.executable, "-m", "training.cli", "ingest", "events", str(path), "--root", str(root),
+    return [sys.executable, "-m", "training.cli.main", "ingest", "events", str(path), "--root", str(root),
             "--source", "web", "--date", "2025-01-01"]
 
 
@@ -87,14 +87,16 @@ def test_sequences_stage_killed_leaves_the_old_outputs_or_the_new(prepared_task,
     whole set of files (the old run's or the new one's), and a re-run cleans what the kill left."""
     import shutil
 
-    from training import pipeline
+    from training.pipeline import stages as pipeline
+    from training.tasks.spec import resolve_task
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("milestone"), work)
     seq_dir = pipeline.sequences_dir(work, "milestone")
     files = sorted(p.name for p in seq_dir.iterdir())
-    code = ("import sys; from training.pipeline import stage_sequences; "
-            "stage_sequences(sys.argv[1], 'milestone', 'tiny', seed=1)")
+    code = ("import sys; from training.pipeline.stages import stage_sequences; "
+            "from training.tasks.spec import resolve_task; "
+            "stage_sequences(sys.argv[1], resolve_task(None, 'milestone'), 'tiny', seed=1)")
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code, str(work)], check=True, capture_output=True, timeout=600)
     seconds = time.perf_counter() - t0
@@ -106,7 +108,7 @@ def test_sequences_stage_killed_leaves_the_old_outputs_or_the_new(prepared_task,
         child.wait()
         assert sorted(p.name for p in seq_dir.iterdir()) == files, share
         json.loads((seq_dir / "stats.json").read_text())  # whole, readable
-    pipeline.stage_sequences(str(work), "milestone", "tiny", seed=1)
+    pipeline.stage_sequences(str(work), resolve_task(None, "milestone"), "tiny", seed=1)
     assert not [p for p in seq_dir.parent.iterdir() if p.name.startswith(".")]
 
 
@@ -121,7 +123,7 @@ def test_two_log_ingests_of_one_source_run_one_after_the_other(tmp_path):
     err = tmp_path / "child.err"
     with storage.source_lock(root, "hdfs"):  # another ingest of the source is running
         with err.open("w") as fh:
-            child = subprocess.Popen([sys.executable, "-m", "training.cli", "ingest", "logs", str(log), "--root",
+            child = subprocess.Popen([sys.executable, "-m", "training.cli.main", "ingest", "logs", str(log), "--root",
                                       str(root), "--source", "hdfs"], stdout=subprocess.DEVNULL, stderr=fh)
         deadline = time.time() + 60
         while "waiting for it to finish" not in err.read_text() and time.time() < deadline:
@@ -145,7 +147,7 @@ def scoring(tmp_path_factory) -> dict:
 
 
 def _score_cmd(scoring: dict, out: Path) -> list[str]:
-    return [sys.executable, "-m", "training.cli", "score", "--model", str(scoring["bundle"]), "--input",
+    return [sys.executable, "-m", "training.cli.main", "score", "--model", str(scoring["bundle"]), "--input",
             str(scoring["root"]), "--out", str(out), "--no-progress", "--chunk-sequences", "50"]
 
 

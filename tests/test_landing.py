@@ -12,6 +12,7 @@ import pytest
 from parsers import storage
 from parsers.landing import file_kind, finalize_interval, find_interval_files, ingest_file, interval_days
 from parsers.synthetic import generate_hdfs_logs
+from training.tasks.catalog import load_catalog
 
 
 def test_interval_days_and_file_kinds():
@@ -34,7 +35,7 @@ def test_the_catalogue_sets_a_landing_sources_options(tmp_path):
                        'label_id_column = "order_ref"\nlabel_column = "outcome"\n')
     root = tmp_path / "data"
     for item in find_interval_files(tmp_path / "landing", ["2025-03-01"]):
-        ingest_file(item, root, str(catalog))
+        ingest_file(item, root, load_catalog(catalog))
     objects = storage.read_objects(root, "shop")
     assert sorted(objects["sequence_id"].unique().to_list()) == ["o0", "o1", "o2"]
     assert dict(storage.read_labels(root, "shop").iter_rows()) == {"o0": "ok", "o1": "fraud"}
@@ -43,7 +44,7 @@ def test_the_catalogue_sets_a_landing_sources_options(tmp_path):
 
     with pytest.raises(RejectShareExceeded):
         ingest_file({"path": str(folder / "orders.jsonl"), "source": "shop", "date": "2025-03-01",
-                     "kind": "events"}, tmp_path / "other", '[sources.x]\nkind = "events"\n')
+                     "kind": "events"}, tmp_path / "other", load_catalog('[sources.x]\nkind = "events"\n'))
 
 
 def test_labels_of_every_day_are_kept_and_stale_parts_go(tmp_path):

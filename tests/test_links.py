@@ -4,12 +4,13 @@ baselines, training and scoring."""
 import polars as pl
 import pytest
 
-from seqenc.catalog import load_catalog
 from seqenc.links import ALONE, LINKED, link_flags, value_link_flags
 from seqenc.sequences import tokenize_value_sequences
 from seqenc.tokenizer import ValueTokenizer
-from training.data import mask_tokens
-from training.task_data import value_sequences, vocab_and_windows
+from training.tasks.catalog import load_catalog
+from training.tasks.data import mask_tokens
+from training.tasks.spec import resolve_task
+from training.tasks.task_data import value_sequences, vocab_and_windows
 
 
 def _value_seqs() -> pl.DataFrame:
@@ -100,13 +101,13 @@ def test_seqenc_train_with_value_links_scores_with_them(prepared_task, tmp_path)
     import shutil
 
     from parsers import storage
-    from training import pipeline
-    from training.scoring import load_bundle, score_objects
+    from training.pipeline import stages as pipeline
+    from training.serving.scoring import load_bundle, score_objects
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)
     steps = {"pretrain_steps": 2, "rounds": 1, "tvm_steps_per_round": 2, "checkpoint_every": 0}
-    result = pipeline.run_train(str(work), "anomaly", "tiny", config={"model": {"value_links": True}, "train": steps},
+    result = pipeline.run_train(str(work), resolve_task(None, "anomaly"), "tiny", config={"model": {"value_links": True}, "train": steps},
                                 progress=False)
     model, tok, _ = load_bundle(result["model_dir"])
     assert model.config.value_links and tok.value_links

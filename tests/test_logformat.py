@@ -14,7 +14,7 @@ from parsers.header_detect import suggest_header
 from parsers.logs import LineParser
 from parsers.presets import DEFAULT_MASKS, HDFS_MASKS, PRESETS, LogFormat, load_formats
 from training.bench.parse import PUBLISHED_DRAIN_GA, normalize_template, parsing_accuracy
-from training.cli import main
+from training.cli.main import main
 
 LOGHUB = DATA / "loghub"
 # the eight shared sets' layouts as LogPAI writes them, in the format syntax: what a user knows

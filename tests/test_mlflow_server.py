@@ -15,7 +15,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from training import pipeline
+from training.pipeline import stages as pipeline
 
 BIN = Path(sys.executable).parent
 
@@ -101,7 +101,7 @@ def test_run_params_tags_and_metrics_are_on_the_server(server, trained):
     assert run.data.params["size"] == "tiny"
     assert run.data.tags["git_commit"] and len(run.data.tags["dataset_fingerprint"]) == 16
     assert run.data.tags["mode"] == "interleaved"
-    # test/<metric> is logged once by the trainer's final phase (training/phased.py)
+    # test/<metric> is logged once by the trainer's final phase (training/engine/phased.py)
     for name, value in result["metrics"]["test"].items():
         assert run.data.metrics[f"test/{name}"] == pytest.approx(value)
     assert {"final_dev/f1", "train/mlm_loss", "train/task_loss"} <= set(run.data.metrics)
@@ -160,7 +160,7 @@ def test_a_logged_model_names_the_seqenc_version_installed_or_checked_out(monkey
     import importlib.metadata
     import tomllib
 
-    from training.tracking import seqenc_requirement
+    from training.serving.tracking import seqenc_requirement
 
     expected = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["version"]
     assert seqenc_requirement() == f"seqenc=={importlib.metadata.version('seqenc')}"

@@ -9,7 +9,7 @@ import pytest
 
 from seqenc.baselines import FlattenedEncoder, JointTVMKA, RecordViewEncoder
 from seqenc.model import TVMKA
-from training import pipeline
+from training.pipeline import stages as pipeline
 
 STEPS = {"pretrain_steps": 6, "rounds": 2, "tvm_steps_per_round": 4, "task_steps": 8, "batch_size": 8,
          "log_every": 1, "warmup_steps": 1}
@@ -112,7 +112,7 @@ def test_keep_best_scores_and_saves_the_best_dev_evaluation_and_resumes_exactly(
 
 
 def test_keep_best_is_refused_where_caches_would_not_match_the_weights():
-    from training.trainer import TrainConfig
+    from training.engine.trainer import TrainConfig
 
     with pytest.raises(ValueError, match="keep_best is for the end-to-end modes"):
         TrainConfig(mode="interleaved", keep_best=True)

@@ -12,12 +12,13 @@ from parsers.purchases import catalogue, generate_purchases
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
-from training.bench.baselines import count_baseline
 from training.bench.data import load_dataset
-from training.data import split_indices
-from training.end_to_end import EndToEndTrainer, comparison_model
-from training.metrics import headline, ranking_metrics, split_metrics
-from training.trainer import InterleavedTrainer, TrainConfig
+from training.engine.end_to_end import EndToEndTrainer
+from training.engine.modes import MODES
+from training.engine.trainer import InterleavedTrainer, TrainConfig
+from training.tasks.baselines import count_baseline
+from training.tasks.data import split_indices
+from training.tasks.metrics import headline, ranking_metrics, split_metrics
 
 
 def test_ranking_metrics_golden():
@@ -94,7 +95,7 @@ def test_trainers_learn_next_item_retrieval(tmp_path, mode):
     if mode == "interleaved":
         trainer = InterleavedTrainer(TVMKA(config), tok, data, y, splits, cfg, tmp_path, progress=False)
     else:
-        model, inputs = comparison_model(mode, config, data, tok, objects)
+        model, inputs = MODES[mode].build_model(config, data, tok, objects)
         trainer = EndToEndTrainer(model, inputs, y, splits, cfg, tmp_path, "next_item", 20, progress=False)
     result = trainer.fit()
     assert result["headline"] == "recall_at_10" and trainer.weights is None
@@ -104,7 +105,7 @@ def test_trainers_learn_next_item_retrieval(tmp_path, mode):
 
 
 def test_ranking_metrics_of_ranked_lists():
-    from training.metrics import ranking_metrics_of_lists
+    from training.tasks.metrics import ranking_metrics_of_lists
 
     lists = [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
     m = ranking_metrics_of_lists(["a", "a", "d", "c"], lists, ks=(1, 2, 3))

@@ -1,4 +1,4 @@
-"""training.nightly's promotion rule and metric, and training.registry's errors (the whole
+"""training.pipeline.nightly's promotion rule and metric, and training.serving.registry's errors (the whole
 nightly DAG, with a real registry, is in test_ops_dags.py)."""
 
 from __future__ import annotations
@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.nightly import decide, promotion_score, window_dates
-from training.registry import resolve_model
+from training.pipeline.nightly import decide, promotion_score, window_dates
+from training.serving.registry import resolve_model
+from training.tasks.spec import resolve_task
 
 
 def test_promotion_only_on_improvement():
@@ -44,12 +45,12 @@ def test_a_source_never_ingested_is_told_apart_from_a_late_one(tmp_path):
     """The nightly DAG skips a task whose source this deployment never feeds, and fails one
     whose data is missing from the night's window."""
     from parsers import storage
-    from training.nightly import SourceNeverIngested, nightly_train
+    from training.pipeline.nightly import SourceNeverIngested, nightly_train
 
     with pytest.raises(SourceNeverIngested, match="'purchases' was ever ingested"):
-        nightly_train(str(tmp_path), "next_item", "2025-03-02")
+        nightly_train(str(tmp_path), resolve_task(None, "next_item"), "2025-03-02")
     # an old day's partition: the source is fed, but not in the night's 7-day window
     storage.objects_path(tmp_path / "data", "purchases", "2025-01-01", "old.jsonl").parent.mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="in the 7 days up to 2025-03-02") as caught:
-        nightly_train(str(tmp_path), "next_item", "2025-03-02")
+        nightly_train(str(tmp_path), resolve_task(None, "next_item"), "2025-03-02")
     assert not isinstance(caught.value, SourceNeverIngested)

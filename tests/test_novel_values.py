@@ -19,10 +19,10 @@ from seqenc.model import TVMKA
 from seqenc.novel_values import NovelValues, key_value_counts, value_hash
 from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import NOVEL_SCORE, STATS, SurpriseScorer
-from training.scoring import save_bundle, score_objects
-from training.task_data import vocab_and_windows
-from training.trainer import TrainConfig
-from training.unlabelled import UnlabelledTrainer
+from training.engine.trainer import TrainConfig
+from training.engine.unlabelled import UnlabelledTrainer
+from training.serving.scoring import save_bundle, score_objects
+from training.tasks.task_data import vocab_and_windows
 
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
          "vocab_size": 512, "dropout": 0.0, "attn_dropout": 0.0}
@@ -188,7 +188,7 @@ def test_a_task_trained_on_normal_windows_flags_an_event_only_alerts_hold(tmp_pa
     """``train_on = "normal"`` through the CLI: the masked LM learns the normal train windows,
     the novel values come from every train window (the alert-only ``E9``), the bundle carries
     them, and scoring the next day gives every window holding E9 the top score."""
-    from training.cli import main
+    from training.cli.main import main
 
     def write(day: str, seed: int) -> None:
         objects, y = _objects(200, seed)

@@ -7,9 +7,10 @@ import torch
 from seqenc.numeric import NumericBins, as_number, bin_token
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import NUMERIC_BINS_FILE, ValueTokenizer
-from training.data import mask_tokens
-from training.scoring import load_bundle, save_bundle
-from training.task_data import vocab_and_windows
+from training.serving.scoring import load_bundle, save_bundle
+from training.tasks.data import mask_tokens
+from training.tasks.spec import resolve_task
+from training.tasks.task_data import vocab_and_windows
 
 BLOCK = 67108864  # a value that fills most quantiles, as HDFS's 64 MiB block size
 
@@ -132,12 +133,12 @@ def test_seqenc_train_config_turns_bins_on(prepared_task, tmp_path):
     bins (the model overrides reach the tokenisation, not only the model), and the bundle keeps them."""
     import shutil
 
-    from training import pipeline
+    from training.pipeline import stages as pipeline
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)
     steps = {"pretrain_steps": 2, "rounds": 1, "tvm_steps_per_round": 2, "checkpoint_every": 0}
-    result = pipeline.run_train(str(work), "anomaly", "tiny", config={"model": {"numeric_bins": 8, "max_positions": 48},
+    result = pipeline.run_train(str(work), resolve_task(None, "anomaly"), "tiny", config={"model": {"numeric_bins": 8, "max_positions": 48},
                                                                       "train": steps}, progress=False)
     model, tok, _ = load_bundle(result["model_dir"])
     assert model.config.numeric_bins == tok.numeric.n_bins == 8 and "size" in tok.numeric.edges

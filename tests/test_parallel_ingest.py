@@ -25,7 +25,7 @@ from parsers.logs import make_miner
 from parsers.parallel_ingest import ingest_parallel, merge_mined, mine_file, write_file
 from parsers.presets import PRESETS
 from parsers.synthetic import generate_hdfs_logs
-from training.cli import main
+from training.cli.main import main
 
 DAY = "2025-01-01"
 

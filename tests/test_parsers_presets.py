@@ -18,7 +18,7 @@ from training.bench.parse import (
     read_loghub_folder,
     same_parser_true_content_groups,
 )
-from training.cli import main
+from training.cli.main import main
 
 LOGHUB = DATA / "loghub"
 # LogHub folder -> (preset, header columns of its structured CSV, in our field names)

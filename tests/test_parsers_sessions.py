@@ -9,7 +9,7 @@ from test_parsers_presets import loghub
 from parsers import storage
 from parsers.log_ingest import ingest_logs
 from parsers.sessions import SessionSpec
-from training.cli import main
+from training.cli.main import main
 
 T0 = dt.datetime(2005, 6, 3, 15, 0, 0)
 

@@ -8,10 +8,12 @@ import polars as pl
 import pytest
 
 from parsers import storage
-from seqenc.catalog import load_catalog
 from seqenc.config import VALUE_COUNT_BUCKETS
-from training import pipeline, task_data
-from training.scoring import load_bundle, score_objects
+from training.pipeline import stages as pipeline
+from training.serving.scoring import load_bundle, score_objects
+from training.tasks import task_data
+from training.tasks.catalog import load_catalog
+from training.tasks.spec import resolve_task
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +42,8 @@ def test_summary_has_the_documented_fields(demo):
     assert set(summary["history_baselines"]["next_item"]) == {"recall_at_1", "recall_at_5", "recall_at_10", "mrr",
                                                               "dev_recall_at_10"}
     config = json.loads((out / "models" / "next_item" / "bundle" / "config.json").read_text())
-    assert config["item_history"] is True and config["value_end"] is False  # TASK_MODEL_DEFAULTS
-    # the multiclass head also reads the bag of values, the binary one does not (TASK_MODEL_DEFAULTS)
+    assert config["item_history"] is True and config["value_end"] is False  # the kinds' model_defaults (training.tasks.kinds)
+    # the multiclass head also reads the bag of values, the binary one does not (training.tasks.kinds)
     milestone = json.loads((out / "models" / "milestone" / "bundle" / "config.json").read_text())
     anomaly = json.loads((out / "models" / "anomaly" / "bundle" / "config.json").read_text())
     assert milestone["value_counts"] == VALUE_COUNT_BUCKETS and anomaly["value_counts"] == 0
@@ -141,12 +143,12 @@ def test_rerun_replaces_outputs_and_new_dates_do_not_double_values(demo):
                                    ingest_date="2030-01-02")
     assert second["ingest_date"] == "2030-01-02" != first["ingest_date"]
     assert storage.read_objects(out / "data", "hdfs").height == 2 * before  # two partitions exist
-    seqs = pipeline.stage_sequences(str(out), "anomaly", "tiny", 0, ingest_date="2030-01-02")
+    seqs = pipeline.stage_sequences(str(out), resolve_task(None, "anomaly"), "tiny", 0, ingest_date="2030-01-02")
     assert seqs["stats"]["values"] == stats_before["values"]  # one interval's values, not doubled
     # the end-to-end modes read the objects of the same interval (same block ids on both dates)
     seq_dir = out / "sequences" / "anomaly"
     assert json.loads((seq_dir / "input.json").read_text())["ingest_dates"] == ["2030-01-02"]
-    assert task_data.sequence_objects(seq_dir, out / "data", task_data.read_task(seq_dir)[1]).height == before
+    assert task_data.sequence_objects(seq_dir, out / "data", task_data.read_task(seq_dir)[0]).height == before
 
 
 def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
@@ -155,7 +157,7 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
     out = str(tmp_path)
     raw = pipeline.stage_generate(out, "tiny", seed=0)
     ingest = pipeline.stage_ingest(out, "hdfs", raw["hdfs"]["path"], raw["hdfs"]["labels"])
-    seqs = pipeline.stage_sequences(out, "anomaly", "tiny", ingest_date=ingest["ingest_date"], pretrained="minilm")
+    seqs = pipeline.stage_sequences(out, resolve_task(None, "anomaly"), "tiny", ingest_date=ingest["ingest_date"], pretrained="minilm")
     assert seqs["stats"]["vocab_size"] == 30523 and seqs["stats"]["dropped_values"] == 0
     with pytest.raises(ValueError, match="the checkpoint sets d_model"):  # the checkpoint's shape is not ours to change
         pipeline.stage_train(out, "anomaly", "tiny", progress=False, pretrained="minilm", model_overrides={"d_model": 64})
@@ -177,9 +179,10 @@ def test_pretrained_minilm_option_runs_end_to_end(tmp_path, monkeypatch_module):
 def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
     """The ops path for next_item: batch scoring writes ranked items, the promotion metric is
     dev recall@10 read from them (two nights' catalogues may differ)."""
-    from training.batch_score import REPORTED_ITEMS, score_partitions
-    from training.metrics import ranking_metrics_of_lists
-    from training.nightly import PROMOTION_METRIC, dev_score
+    from training.pipeline.nightly import dev_score
+    from training.serving.batch_score import REPORTED_ITEMS, score_partitions
+    from training.tasks.kinds import KINDS
+    from training.tasks.metrics import ranking_metrics_of_lists
 
     out, summary = demo
     bundle_dir = out / "models" / "next_item" / "bundle"
@@ -197,7 +200,7 @@ def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
     splits = pl.read_parquet(out / "sequences" / "next_item" / "splits.parquet")
     dev = splits.filter(pl.col("split") == "dev").select("sequence_id", "label")
     objects = storage.read_objects(out / "data", "purchases").join(dev, on="sequence_id", how="semi")
-    assert PROMOTION_METRIC["next_item"] == "recall_at_10"
+    assert KINDS["next_item"].promotion_metric == "recall_at_10"
     got = dev_score(load_bundle(bundle_dir), objects, dev, load_catalog().task("next_item"), [])
     on_dev = scored.join(dev, on="sequence_id", suffix="_true")
     assert got == pytest.approx(ranking_metrics_of_lists(on_dev["label_true"].to_list(),
@@ -207,7 +210,7 @@ def test_next_item_batch_scoring_and_promotion_metric(demo, tmp_path):
 
 
 def test_config_option_takes_inline_json_or_a_file(tmp_path):
-    from training.cli_args import config_arg
+    from training.cli.args import config_arg
 
     overrides = {"model": {"value_links": True}, "train": {"rounds": 2}}
     path = tmp_path / "overrides.json"
@@ -235,8 +238,8 @@ def test_a_failed_sequences_stage_leaves_the_previous_outputs(prepared_task, tmp
                        'kind = "multiclass"\nkeep_keys = ["no_such_key"]\n')
     load_catalog(catalog)
     with pytest.raises(ValueError, match="every key"):
-        pipeline.stage_sequences(str(work), "milestone", "tiny", seed=0, catalog=catalog)
+        pipeline.stage_sequences(str(work), resolve_task(catalog, "milestone"), "tiny", seed=0)
     assert {p.name: p.read_bytes() for p in seq_dir.iterdir()} == before
     assert not [p for p in seq_dir.parent.iterdir() if p.name.startswith(".")]  # no half-built folder left
-    again = pipeline.stage_sequences(str(work), "milestone", "tiny", seed=0)
+    again = pipeline.stage_sequences(str(work), resolve_task(None, "milestone"), "tiny", seed=0)
     assert again["dir"] == str(seq_dir) and sorted(p.name for p in seq_dir.iterdir()) == sorted(before)

@@ -1,6 +1,6 @@
 """The README's "Your own data" commands run as written (copied from README.md, not restated
 here) on small files of the names they use: order events with risk labels, and an application
-log without labels. ``SEQENC_SIZE=tiny`` (the default size of every command: training.pipeline.
+log without labels. ``SEQENC_SIZE=tiny`` (the default size of every command: training.pipeline.stages.
 resolve_size) keeps the training steps small: what is tested is that the commands run as written."""
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ import pytest
 
 from seqenc.links import ALONE, LINKED, NEW, SEEN, long_repeat_flags, repeat_flags, value_link_flags
 from seqenc.tokenizer import ValueTokenizer
-from training.task_data import vocab_and_windows
+from training.tasks.spec import resolve_task
+from training.tasks.task_data import vocab_and_windows
 
 
 def _value_seqs() -> pl.DataFrame:
@@ -79,14 +80,14 @@ def test_baseline_objects_carry_the_repeat_markers():
 def test_seqenc_train_with_value_repeats_keeps_them_in_the_bundle(prepared_task, tmp_path):
     import shutil
 
-    from training import pipeline
-    from training.scoring import load_bundle
+    from training.pipeline import stages as pipeline
+    from training.serving.scoring import load_bundle
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)
     steps = {"pretrain_steps": 2, "rounds": 1, "tvm_steps_per_round": 2, "checkpoint_every": 0,
              "mlm_mask_unit": "value"}
-    result = pipeline.run_train(str(work), "anomaly", "tiny", config={"model": {"value_repeats": True},
+    result = pipeline.run_train(str(work), resolve_task(None, "anomaly"), "tiny", config={"model": {"value_repeats": True},
                                                                       "train": steps}, progress=False)
     model, tok, _ = load_bundle(result["model_dir"])
     assert model.config.value_repeats and tok.value_repeats

@@ -13,7 +13,7 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from training import pipeline
+from training.pipeline import stages as pipeline
 
 TRAIN = {"pretrain_steps": 30, "rounds": 2, "tvm_steps_per_round": 24, "checkpoint_every": 4, "log_every": 1,
          "eval_every": 4, "warmup_steps": 2}
@@ -47,7 +47,7 @@ def test_sigkill_mid_round_then_resume_matches_an_uninterrupted_run(prepared, tm
     job = pipeline.job_dir(killed_dir, "milestone")
     args = {"workdir": str(killed_dir), "task_name": "milestone", "size": "tiny", "train_overrides": TRAIN,
             "progress": False}
-    child = subprocess.Popen([sys.executable, "-c", "import json, sys; from training.pipeline import stage_train; "
+    child = subprocess.Popen([sys.executable, "-c", "import json, sys; from training.pipeline.stages import stage_train; "
                               "stage_train(**json.loads(sys.argv[1]))", json.dumps(args)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -59,7 +59,7 @@ def test_sigkill_mid_round_then_resume_matches_an_uninterrupted_run(prepared, tm
     assert child.returncode == -signal.SIGKILL and 36 <= killed_at < 30 + 24 + 12, killed_at
     assert not (killed_dir / "models" / "milestone" / "bundle").exists()  # it never finished
 
-    out = subprocess.run([sys.executable, "-m", "training.cli", "train", "--resume", str(job), "--no-progress"],
+    out = subprocess.run([sys.executable, "-m", "training.cli.main", "train", "--resume", str(job), "--no-progress"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     resumed = json.loads(out.stdout[: out.stdout.rindex("}") + 1])

@@ -11,8 +11,8 @@ from toy_tokens import tokenized
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
-from training.data import MLMBatches, split_indices
-from training.trainer import InterleavedTrainer, TrainConfig
+from training.engine.trainer import InterleavedTrainer, TrainConfig
+from training.tasks.data import MLMBatches, split_indices
 
 
 def mismatch_objects(n=240, seed=0):

@@ -1,4 +1,4 @@
-"""training.sequence_build: value sequences built a bucket of sequences at a time give exactly
+"""training.tasks.sequence_build: value sequences built a bucket of sequences at a time give exactly
 the files of one in-memory pass (every task kind, the time split, bins, links, repeats, item
 history), and seqenc.numeric.BinFitter's bounded fit."""
 
@@ -9,7 +9,8 @@ import polars as pl
 import pytest
 
 from seqenc.numeric import BinFitter, NumericBins
-from training import pipeline
+from training.pipeline import stages as pipeline
+from training.tasks.spec import resolve_task
 
 WATCH = """
 [tasks.hdfs_watch]
@@ -32,7 +33,8 @@ value_end = true
 def data(tmp_path_factory):
     base = tmp_path_factory.mktemp("build")
     catalog = base / "seqenc.toml"
-    default = Path(pipeline.__file__).parents[1] / "seqenc" / "default_catalog.toml"
+    from training.tasks.catalog import DEFAULT_CATALOG as default
+
     catalog.write_text(default.read_text() + WATCH)
     raw = pipeline.stage_generate(str(base / "gen"), "tiny", seed=3, catalog=str(catalog))
     root = base / "data"
@@ -52,14 +54,14 @@ def _files(folder: Path) -> dict[str, object]:
 @pytest.mark.parametrize("task", ["anomaly", "milestone", "next_item", "hdfs_watch"])
 def test_buckets_give_the_files_of_one_pass(data, task, monkeypatch):
     if task == "hdfs_watch":  # the vocabulary from a sample of the train sequences, the same either way
-        monkeypatch.setattr("training.task_data.VOCAB_SEQUENCES", 20)
+        monkeypatch.setattr("training.tasks.task_data.VOCAB_SEQUENCES", 20)
     built = {}
     for chunk in (10**9, 7):  # one bucket in memory; buckets of 7 sequences spilled to Parquet,
         # their windows tokenised 3 sequences at a time
-        monkeypatch.setattr("training.sequence_build.WINDOW_SEQUENCES", 3 if chunk == 7 else 10**9)
+        monkeypatch.setattr("training.tasks.sequence_build.WINDOW_SEQUENCES", 3 if chunk == 7 else 10**9)
         work = data["base"] / f"{task}-{chunk}"
-        result = pipeline.stage_sequences(str(work), task, "tiny", seed=1, data_root=data["root"],
-                                          catalog=data["catalog"], chunk_sequences=chunk, progress=False)
+        result = pipeline.stage_sequences(str(work), resolve_task(data["catalog"], task), "tiny", seed=1,
+                                          data_root=data["root"], chunk_sequences=chunk, progress=False)
         built[chunk] = _files(Path(result["dir"]))
     one, many = built[10**9], built[7]
     assert one.keys() == many.keys()
@@ -103,7 +105,7 @@ def test_bin_fitter_is_exact_under_its_cap_and_batch_free_over_it():
 
 @pytest.mark.parametrize("chunk,max_spill", [(4, 32), (4, 2), (100, 2)])
 def test_sequence_chunks_hold_whole_sequences_in_id_order(tmp_path, chunk, max_spill):
-    from training.buckets import sequence_chunks
+    from training.tasks.buckets import sequence_chunks
 
     rng = np.random.default_rng(0)
     ids = [f"s{i:02d}" for i in rng.permutation(30)]
@@ -120,7 +122,7 @@ def test_sequence_chunks_hold_whole_sequences_in_id_order(tmp_path, chunk, max_s
 
 
 def test_sequence_slices_cut_between_sequences_and_keep_every_row():
-    from training.sequence_build import sequence_slices
+    from training.tasks.sequence_build import sequence_slices
 
     frame = pl.DataFrame({"sequence_id": ["a", "a", "b", "c", "c", "c", "d"], "key": list("xyxxyzx")})
     slices = list(sequence_slices(frame, 2))

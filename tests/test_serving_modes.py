@@ -19,21 +19,22 @@ from safetensors.torch import load_file
 
 from parsers import storage
 from seqenc.baselines import FlattenedEncoder, JointTVMKA, RecordViewEncoder
-from seqenc.catalog import load_catalog
 from seqenc.inference import ka_probabilities
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences, with_event_key
 from seqenc.tokenizer import ValueTokenizer
-from training import pipeline
-from training.batch_score import score_partitions
 from training.bench.accuracy import VARIANTS  # "<mode>+<variant>": the mode trained with these TVMKAConfig fields
-from training.data import label_array
-from training.end_to_end import EndToEndTrainer, comparison_model
-from training.metrics import task_metrics
-from training.nightly import promote_if_better, promotion_score
-from training.registry import CHAMPION, resolve_model
-from training.scoring import load_bundle
-from training.trainer import TrainConfig
+from training.engine.end_to_end import EndToEndTrainer
+from training.engine.modes import MODES
+from training.engine.trainer import TrainConfig
+from training.pipeline import stages as pipeline
+from training.pipeline.nightly import promote_if_better, promotion_score
+from training.serving.batch_score import score_partitions
+from training.serving.registry import CHAMPION, resolve_model
+from training.serving.scoring import load_bundle
+from training.tasks.catalog import load_catalog
+from training.tasks.data import label_array
+from training.tasks.metrics import task_metrics
 
 TASK, SOURCE, CLASSES = "anomaly", "hdfs", ["Normal", "Anomaly"]
 ARCH = {"interleaved": TVMKA, "no_interleave": TVMKA, "joint": JointTVMKA, "flattened": FlattenedEncoder,
@@ -57,7 +58,7 @@ def root(prepared_task, tmp_path_factory):
 @pytest.fixture(scope="module")
 def trained(root):
     """``trained(mode)``: stage_train's result for ``mode`` (trained once, in its own directory,
-    on the shared data and store), with the night fields training.nightly.promote_if_better reads."""
+    on the shared data and store), with the night fields training.pipeline.nightly.promote_if_better reads."""
     done = {}
 
     def train(mode: str) -> dict:
@@ -98,7 +99,7 @@ def trainer_probabilities(result: dict, mode: str) -> tuple[list[str], np.ndarra
     spec = load_catalog().task(TASK)
     tok = ValueTokenizer.from_file(work / "sequences" / TASK / "tokenizer.json")
     objects = with_event_key(storage.read_objects(result["data_root"], SOURCE))
-    _, inputs = comparison_model(mode, model.config, data, tok, objects, tuple(spec.exclude_keys))
+    _, inputs = MODES[mode].build_model(model.config, data, tok, objects, tuple(spec.exclude_keys))
     y = label_array(data.sequence_ids, pl.read_parquet(work / "sequences" / TASK / "splits.parquet"), CLASSES)
     trainer = EndToEndTrainer(model, inputs, y, splits, TrainConfig(mode=mode, **STEPS), work / "check", "binary",
                               len(CLASSES), progress=False)

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from seqenc.catalog import load_catalog
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import STAT_MIN_SCALE, STATS, TAIL_SHARE, SurpriseScorer, key_maxima, key_surprise, tail_fit
+from training.tasks.catalog import load_catalog
+from training.tasks.spec import resolve_task
 
 CLS, MASK, SEP, PAD = 2, 4, 5, 0  # ids in a toy vocabulary of 20 tokens
 
@@ -149,14 +150,14 @@ def test_trained_model_and_batch_scoring_combine_the_same_way(prepared_task, tmp
     import polars as pl
 
     from parsers import storage
-    from training import pipeline
-    from training.metrics import split_metrics
-    from training.scoring import load_bundle, score_objects
+    from training.pipeline import stages as pipeline
+    from training.serving.scoring import load_bundle, score_objects
+    from training.tasks.metrics import split_metrics
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)
     steps = {"pretrain_steps": 2, "rounds": 1, "tvm_steps_per_round": 2, "checkpoint_every": 0}
-    result = pipeline.run_train(str(work), "anomaly", "tiny", config={"model": {"surprise_scoring": True},
+    result = pipeline.run_train(str(work), resolve_task(None, "anomaly"), "tiny", config={"model": {"surprise_scoring": True},
                                                                       "train": steps}, progress=False)
     model, _, meta = load_bundle(result["model_dir"])
     assert model.config.surprise_scoring and set(meta["surprise"]["centre"]) >= {"size", "event"}
@@ -178,10 +179,10 @@ def test_end_to_end_modes_refuse_surprise_scoring(prepared_task, tmp_path):
     mode asked for it fails loudly instead of training without it."""
     import shutil
 
-    from training import pipeline
+    from training.pipeline import stages as pipeline
 
     work = tmp_path / "w"
     shutil.copytree(prepared_task("anomaly"), work)
     with pytest.raises(ValueError, match="surprise_scoring reads the TVM"):
-        pipeline.run_train(str(work), "anomaly", "tiny", mode="flattened",
+        pipeline.run_train(str(work), resolve_task(None, "anomaly"), "tiny", mode="flattened",
                            config={"model": {"surprise_scoring": True}}, progress=False)

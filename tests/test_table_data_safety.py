@@ -10,8 +10,9 @@ from cli_error import cli_error
 from parsers import storage
 from parsers.landing import file_kind
 from parsers.tables import ingest_table, ingest_text, label_leaks
-from seqenc.catalog import Task
-from training.cli import main
+from training.cli.main import main
+from training.tasks.catalog import Task
+from training.tasks.spec import TaskSpec
 
 
 def test_tables_of_the_same_name_in_two_folders_are_refused_before_anything_is_written(tmp_path):
@@ -89,10 +90,10 @@ def test_labels_that_name_no_sequence_and_labels_that_disagree_are_counted(tmp_p
     assert dict(labels.iter_rows())["s0"] == "1"  # the newest ingest wins
     assert "disagreeing labels" in caplog.text
 
-    from seqenc.catalog import Task as T
-    from training.task_data import task_input
+    from training.tasks.catalog import Task as T
+    from training.tasks.task_data import task_input
 
-    inp = task_input("t", T(source="st", kind="binary", positive="1"), root)
+    inp = task_input(TaskSpec("t", T(source="st", kind="binary", positive="1")), root)
     assert inp.label_report == {"labels_unmatched": 1, "label_conflicts": 1}
 
 
@@ -129,7 +130,7 @@ def test_split_key_holds_an_official_test_set(tmp_path):
     as declared with their test share in train; the key is never model input."""
     import numpy as np
 
-    from training.task_data import assign_splits
+    from training.tasks.task_data import assign_splits
 
     task = Task(source="st", kind="binary", positive="1", split_key="official")
     assert "official" in task.exclude_keys
@@ -143,7 +144,7 @@ def test_split_key_holds_an_official_test_set(tmp_path):
 
 
 def test_texts_that_name_no_table_are_an_error_or_a_count(tmp_path, caplog):
-    from training.table_task import join_tables
+    from training.tasks.table_task import join_tables
 
     texts = pl.LazyFrame({"sequence_id": ["a", "a", "b", "b"], "step": [0, 1, 0, 1], "ts": [None] * 4,
                           "key": ["claim", "sheet", "claim", "sheet"], "value": ["x", "t.csv", "y", "t.csv"],

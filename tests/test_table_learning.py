@@ -14,7 +14,7 @@ import json
 import pytest
 
 from training.bench.lookup import synthetic_lookup
-from training.cli import main
+from training.cli.main import main
 
 # the settings a test can afford: 2 layers of width 32 (size tiny), 400 updates of 16 statements
 CONFIG = {"model": {"n_layers": 2}, "train": {"task_steps": 400}}

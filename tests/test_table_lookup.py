@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from seqenc.catalog import UnsafeName
+from parsers.names import UnsafeName
 from training.bench.lookup import key_column, lookup_statements, read_table, table_statements, write_lookup_statements
-from training.cli import main
+from training.cli.main import main
 
 TABLE = """rank#player#team#points
 1#ann lee#red#30

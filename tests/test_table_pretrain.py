@@ -1,5 +1,5 @@
 """Intermediate pre-training of table encoders on lookup statements from the training tables
-(training.table_pretrain): what the statements say, the curriculum, and an exact resume."""
+(training.engine.table_pretrain): what the statements say, the curriculum, and an exact resume."""
 
 import random
 
@@ -10,9 +10,9 @@ import torch
 from seqenc.config import TVMKAConfig
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
-from training.end_to_end import EndToEndTrainer, TableInputs
-from training.table_pretrain import LookupCurriculum, lookup_statement
-from training.trainer import TrainConfig, phase_plan
+from training.engine.end_to_end import EndToEndTrainer, TableInputs
+from training.engine.table_pretrain import LookupCurriculum, lookup_statement
+from training.engine.trainer import TrainConfig, phase_plan
 
 WORDS = [f"w{i}" for i in range(80)]
 

@@ -14,9 +14,9 @@ from safetensors.torch import load_file
 
 from parsers import storage
 from training.bench.lookup import synthetic_lookup
-from training.cli import main
-from training.pipeline import SCRATCH_TABLE_TRAIN
-from training.trainer import TrainConfig
+from training.cli.main import main
+from training.engine.trainer import TrainConfig
+from training.pipeline.stages import SCRATCH_TABLE_TRAIN
 
 N_TABLES = 150
 

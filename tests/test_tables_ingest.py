@@ -12,9 +12,9 @@ from shared_data import DATA, require
 from parsers import storage
 from parsers.landing import file_kind
 from parsers.tables import column_names, ingest_table, ingest_text, sniff_delimiter
-from seqenc.catalog import CatalogError, load_catalog
 from seqenc.sequences import collect_value_sequences
-from training.cli import main
+from training.cli.main import main
+from training.tasks.catalog import CatalogError, load_catalog
 
 TABFACT = DATA / "tabfact"
 

@@ -1,4 +1,4 @@
-"""training.task_data.task_sequences: lazy reads, labelled filter, the max_sequences sample."""
+"""training.tasks.task_data.task_sequences: lazy reads, labelled filter, the max_sequences sample."""
 
 import polars as pl
 import pytest
@@ -7,8 +7,9 @@ from parsers import storage
 from parsers.log_ingest import ingest_logs
 from parsers.logs import ingest_labels
 from parsers.synthetic import generate_hdfs_logs
-from seqenc.catalog import Task
-from training.task_data import task_sequences
+from training.tasks.catalog import Task
+from training.tasks.spec import TaskSpec
+from training.tasks.task_data import task_sequences
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +23,15 @@ def root(tmp_path_factory):
 
 
 def test_every_object_of_the_window_as_read_objects_gives_it(root):
-    objects, labels, classes = task_sequences("t", Task(source="h", kind="anomaly"), root)
+    objects, labels, classes = task_sequences(TaskSpec("t", Task(source="h", kind="anomaly")), root)
     assert objects.equals(storage.read_objects(root, "h"))
-    one_day, _, _ = task_sequences("t", Task(source="h", kind="anomaly"), root, "2025-01-02")
+    one_day, _, _ = task_sequences(TaskSpec("t", Task(source="h", kind="anomaly")), root, "2025-01-02")
     assert one_day.equals(storage.read_objects(root, "h", "2025-01-02"))
 
 
 def test_a_labelled_task_reads_only_labelled_sequences(root):
     task = Task(source="h", kind="binary", positive="Anomaly")
-    objects, labels, _ = task_sequences("t", task, root)
+    objects, labels, _ = task_sequences(TaskSpec("t", task), root)
     labelled = set(storage.read_labels(root, "h")["sequence_id"])
     assert set(objects["sequence_id"]) <= labelled and set(labels["sequence_id"]) == set(objects["sequence_id"])
     want = storage.read_objects(root, "h").filter(pl.col("sequence_id").is_in(sorted(labelled)))
@@ -38,17 +39,17 @@ def test_a_labelled_task_reads_only_labelled_sequences(root):
 
 
 def test_max_sequences_keeps_a_stable_sample_whole(root):
-    full, _, _ = task_sequences("t", Task(source="h", kind="anomaly"), root)
+    full, _, _ = task_sequences(TaskSpec("t", Task(source="h", kind="anomaly")), root)
     task = Task(source="h", kind="anomaly", max_sequences=25)
-    sample, _, _ = task_sequences("t", task, root)
+    sample, _, _ = task_sequences(TaskSpec("t", task), root)
     kept = sample["sequence_id"].unique()
     assert kept.len() == 25
     # every object of a kept sequence, in the order read_objects gives them
     assert sample.equals(full.filter(pl.col("sequence_id").is_in(kept.implode())))
-    again, _, _ = task_sequences("t", task, root)
+    again, _, _ = task_sequences(TaskSpec("t", task), root)
     assert again.equals(sample)
     # another window (here one day of the two): a kept sequence that it holds is kept there too
-    day2_sample, _, _ = task_sequences("t", task, root, "2025-01-02")
+    day2_sample, _, _ = task_sequences(TaskSpec("t", task), root, "2025-01-02")
     day2_all = set(storage.read_objects(root, "h", "2025-01-02")["sequence_id"])
     assert set(kept) & day2_all <= set(day2_sample["sequence_id"])
     with pytest.raises(ValueError):
@@ -58,7 +59,7 @@ def test_max_sequences_keeps_a_stable_sample_whole(root):
 def test_grouped_and_fixed_splits_keep_a_group_in_one_split():
     import numpy as np
 
-    from training.task_data import assign_splits
+    from training.tasks.task_data import assign_splits
 
     ids = [f"s{i}" for i in range(200)]
     groups = pl.DataFrame({"sequence_id": ids, "group": [f"t{i % 23}" for i in range(200)]})

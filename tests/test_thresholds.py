@@ -1,4 +1,4 @@
-"""Binary threshold rules (training.thresholds): the dev-best threshold sits on a cliff when dev
+"""Binary threshold rules (training.tasks.thresholds): the dev-best threshold sits on a cliff when dev
 has few positives; the one-standard-error rule steps back to the model's own 0.5 there and
 follows the best where dev is large; the rules are compared on dev alone (cv_f1)."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sklearn.metrics import f1_score
 
-from training.thresholds import (
+from training.engine.trainer import TrainConfig
+from training.tasks.thresholds import (
     DEFAULT_RULE,
     THRESHOLD_RULES,
     best_f1,
@@ -18,7 +19,6 @@ from training.thresholds import (
     one_se,
     rule_fields,
 )
-from training.trainer import TrainConfig
 
 
 def _scores(n_pos: int, n_neg: int, seed: int, separation: float = 4.0):
@@ -81,7 +81,7 @@ def test_cv_f1_reads_dev_alone_and_is_repeatable():
 
 
 def test_the_catalogue_names_the_rules():
-    from seqenc.catalog import Task, Threshold
+    from training.tasks.catalog import Task, Threshold
 
     assert Task(source="s", kind="binary", positive="x").threshold_policy() == {"policy": DEFAULT_RULE}
     for rule in THRESHOLD_RULES:
@@ -119,9 +119,9 @@ def test_a_binary_task_fits_its_rule_on_dev_and_the_threshold_carries_to_the_nex
     from test_window_threshold import _stream
 
     from parsers import storage
-    from training.cli import main
-    from training.pipeline import sequences_dir
-    from training.scoring import score_objects
+    from training.cli.main import main
+    from training.pipeline.stages import sequences_dir
+    from training.serving.scoring import score_objects
 
     catalog = tmp_path / "seqenc.toml"
     catalog.write_text(_catalog())

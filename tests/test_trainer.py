@@ -12,8 +12,8 @@ from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
 from seqenc.tokenizer import ValueTokenizer
-from training.data import class_weights, mask_tokens, split_indices
-from training.trainer import InterleavedTrainer, TrainConfig
+from training.engine.trainer import InterleavedTrainer, TrainConfig
+from training.tasks.data import class_weights, mask_tokens, split_indices
 
 
 def toy_objects(n=160, seed=0):
@@ -200,7 +200,7 @@ def test_pretraining_length_in_epochs_and_gradient_accumulation(tmp_path):
 def test_mlm_on_normal_sequences_reads_only_normal_train_windows(tmp_path, caplog):
     model, tok, data, y, splits, cfg = build(mlm_sequences="normal")
     model.config.surprise_scoring = True
-    with caplog.at_level("WARNING", logger="training.trainer"):
+    with caplog.at_level("WARNING", logger="training.engine.trainer"):
         trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, tmp_path, progress=False)
         assert not caplog.records  # the pairing surprise scoring wants
         InterleavedTrainer(model, tok, data, y, splits, TrainConfig(**{**cfg.__dict__, "mlm_sequences": "all"}),

@@ -15,8 +15,8 @@ from pathlib import Path
 import mlflow
 import pytest
 
-from training import tracking
-from training.cli import main
+from training.cli.main import main
+from training.serving import tracking
 
 SEQENC = str(Path(sys.executable).with_name("seqenc"))
 

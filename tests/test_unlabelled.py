@@ -1,4 +1,4 @@
-"""Anomaly detection without labels (training.unlabelled): the masked LM alone ranks sequences
+"""Anomaly detection without labels (training.engine.unlabelled): the masked LM alone ranks sequences
 with an unseen value above normal ones; threshold policies; the bundle scores through the
 serving path with the trainer's probabilities; loglizer's PCA baseline (count_pca); bench rows."""
 
@@ -17,17 +17,17 @@ from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import SurpriseScorer
-from training.bench.baselines import pca_detector
-from training.scoring import load_bundle, save_bundle, score_objects
-from training.task_data import vocab_and_windows
-from training.trainer import TrainConfig
-from training.unlabelled import (
+from training.engine.trainer import TrainConfig
+from training.engine.unlabelled import (
     THRESHOLD_POLICIES,
     UnlabelledTrainer,
     check_threshold,
     labelled_metrics,
     policy_threshold,
 )
+from training.serving.scoring import load_bundle, save_bundle, score_objects
+from training.tasks.baselines import pca_detector
+from training.tasks.task_data import vocab_and_windows
 
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
          "vocab_size": 512, "dropout": 0.0, "attn_dropout": 0.0}
@@ -147,7 +147,7 @@ def test_a_clean_reference_sets_the_threshold(fitted):
 def test_bundle_scores_with_the_surprise_alone(fitted, tmp_path, monkeypatch):
     """Saved like the pipeline saves it, loaded by load_bundle, scored by score_objects from the
     objects: the trainer's probabilities, and the untrained KA is never run."""
-    import training.scoring as scoring
+    import training.serving.scoring as scoring
 
     trainer, result, splits = fitted["trainer"], fitted["result"], fitted["splits"]
     meta = {"mode": "unlabelled", "threshold": result["threshold"], "surprise": trainer.surprise.to_dict(),
@@ -296,7 +296,7 @@ def test_robust_constant_steps_back_from_a_cliff():
 def _count_dataset(n: int = 600, seed: int = 0):
     """Sequences of events: normal ones draw from B, C, D, E at random and close with A; an
     anomaly (one in ten) repeats an error event X and never closes."""
-    from training.bench.dataset import BenchDataset
+    from training.tasks.dataset import LabelledDataset
 
     rng = np.random.default_rng(seed)
     rows, labels, split = [], [], []
@@ -308,7 +308,7 @@ def _count_dataset(n: int = 600, seed: int = 0):
         labels.append((sid, "Anomaly" if anomalous else "Normal"))
         split.append((sid, "train" if i < n // 2 else "dev" if i < 3 * n // 4 else "test"))
     objects = pl.DataFrame(rows, schema=["sequence_id", "step", "key", "value"], orient="row")
-    return BenchDataset("counts", "binary", ("Normal", "Anomaly"), objects,
+    return LabelledDataset("counts", "binary", ("Normal", "Anomaly"), objects,
                         pl.DataFrame(labels, schema=["sequence_id", "label"], orient="row"),
                         pl.DataFrame(split, schema=["sequence_id", "split"], orient="row"), "event", (), "test")
 
@@ -340,7 +340,7 @@ def test_unsupervised_peers_flag_what_breaks_the_counts(name):
 def test_label_free_threshold_is_a_robust_outlier_rule():
     """The label-free threshold: median + 3.5 MAD / 0.6745 of the reference scores (logits); it
     hardly moves when a tenth of the reference is anomalous, and flags what sits far above it."""
-    from training.unlabelled import label_free_threshold
+    from training.engine.unlabelled import label_free_threshold
 
     rng = np.random.default_rng(0)
     clean = rng.normal(0.0, 1.0, 2000)
@@ -361,7 +361,7 @@ def test_label_free_threshold_on_a_reference_that_mostly_ties():
     """Over half the reference at one floor score (MAD 0): the spread falls back to the mean
     absolute deviation (x 1.253314), so the cut sits above the floor instead of on it; a
     reference of one score flags anything above it."""
-    from training.unlabelled import label_free_threshold
+    from training.engine.unlabelled import label_free_threshold
 
     rng = np.random.default_rng(1)
     floor = np.full(700, -2.0)

@@ -10,8 +10,8 @@ from seqenc.config import TVMKAConfig
 from seqenc.heads import WIDE_WEIGHT_SCALE
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences, collect_value_sequences
-from training.data import split_indices
-from training.trainer import InterleavedTrainer, TrainConfig
+from training.engine.trainer import InterleavedTrainer, TrainConfig
+from training.tasks.data import split_indices
 
 VAL_SEP = 5
 

@@ -13,9 +13,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from seqenc.catalog import Task, Threshold
-from training.cli import main
-from training.scoring import WINDOW_MIN, window_rule, window_threshold
+from training.cli.main import main
+from training.serving.scoring import WINDOW_MIN, window_rule, window_threshold
+from training.tasks.catalog import Task, Threshold
 
 
 def test_the_window_rule_follows_the_catalogue():

@@ -1,8 +1,8 @@
-"""training/workroot.py: the paths Airflow params name stay inside the work root."""
+"""training/airflow/workroot.py: the paths Airflow params name stay inside the work root."""
 
 import pytest
 
-from training.workroot import OutsideWorkRoot, confine, work_root
+from training.airflow.workroot import OutsideWorkRoot, confine, work_root
 
 
 def test_paths_inside_the_root_resolve(tmp_path):
@@ -42,14 +42,20 @@ def test_the_root_comes_from_the_operator(monkeypatch, tmp_path):
 
 
 def test_every_dag_takes_its_path_params_through_confine():
-    """Each DAG reads its workdir (and catalog / landing / config_path) through confine."""
+    """Each DAG reads its path params (workdir, catalog, landing, config_path) through
+    training.airflow.context, which confines every one; no DAG file or DAG callable reads them itself."""
     from pathlib import Path
 
-    dags = Path(__file__).resolve().parents[1] / "dags"
-    for dag in sorted(dags.glob("seqenc_*.py")):
-        text = dag.read_text()
-        assert 'confine(params["workdir"], "workdir")' in text or \
-            'confine(get_current_context()["params"]["workdir"], "workdir")' in text, dag.name
-        assert 'os.path.expanduser(params["workdir"])' not in text, dag.name
-        if '"catalog": Param(' in text:
-            assert 'confine(given, "catalog")' in text, dag.name
+    repo = Path(__file__).resolve().parents[1]
+    context = (repo / "training" / "airflow" / "context.py").read_text()
+    assert 'confine(params()["workdir"], "workdir")' in context
+    for param in ("catalog", "landing", "config_path"):
+        assert f'confine(given, "{param}")' in context or f'confine(path, "{param}")' in context, param
+    readers = [*sorted((repo / "dags").glob("seqenc_*.py")),
+               *(p for p in sorted((repo / "training" / "airflow").glob("*.py")) if p.name not in ("context.py",
+                                                                                           "workroot.py"))]
+    for path in readers:
+        text = path.read_text()
+        for param in ("workdir", "catalog", "landing", "config_path"):
+            assert f'params["{param}"]' not in text and f'get("{param}")' not in text, (path.name, param)
+        assert "expanduser" not in text, path.name

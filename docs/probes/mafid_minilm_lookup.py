@@ -23,7 +23,7 @@ from seqenc.mafid import pad_row_blocks, row_blocks  # noqa: E402
 from seqenc.pretrained import load_bert_table_encoder  # noqa: E402
 from seqenc.table_model import table_encoder  # noqa: E402
 from seqenc.tokenizer import ValueTokenizer  # noqa: E402
-from training.engines import PlainEngine  # noqa: E402
+from training.engine.engines import PlainEngine  # noqa: E402
 
 variant, steps, out, budget = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
 eval_limit = int(sys.argv[5]) if len(sys.argv) > 5 else None  # a smoke run on CPU only

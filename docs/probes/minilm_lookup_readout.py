@@ -24,7 +24,7 @@ from seqenc.mafid import pad_row_blocks, row_blocks
 from seqenc.pretrained import config_from_bert, load_bert_table_encoder
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
-from training.engines import PlainEngine
+from training.engine.engines import PlainEngine
 
 statements, tables_dir, variant, steps, lr, out = sys.argv[1:7]
 steps, lr = int(steps), float(lr)

@@ -8,16 +8,16 @@ then each mode (``interleaved``, ``no_interleave``, ``flattened``, ``record_view
 ``interleaved+surprise``, scored with the TVM's masked-LM surprise too, seqenc.surprise, and
 ``interleaved+bag``, the TVM reading S(k) as a bag of values: ``tvm_positions="within_value"``, and
 ``interleaved+counts``, the classifier also reading the hashed bag of values: ``value_counts``,
-seqenc.heads; the default of multiclass datasets through seqenc.config.TASK_MODEL_DEFAULTS)
+seqenc.heads; the default of multiclass datasets through training.tasks.kinds)
 trained with the demo's model and step sizes (but 1:10 TVM:KA steps, BENCH_OVERRIDES) and the
 same seed, evaluated on the test split (binary threshold fitted on dev), next to scikit-learn
 logistic regression on event-count vectors (``count_lr``), the same on the counts of every
 key=value pair S(k) reads (``count_lr_values``: TVM-KA's input as a bag, the demo's counts LR;
-training.bench.baselines.value_count_dataset) and, on binary datasets, loglizer's
+training.tasks.baselines.value_count_dataset) and, on binary datasets, loglizer's
 unsupervised PCA on event counts (``count_pca``) and the floor of flagging every sequence
 (``always_positive``), on next_item each sequence's own items ranked by count (``history_rank``,
-training.evaluate.history_rank_scores; the next-item head reads the same history, seqenc.heads,
-on by seqenc.config.TASK_MODEL_DEFAULTS). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
+training.serving.evaluate.history_rank_scores; the next-item head reads the same history, seqenc.heads,
+on by training.tasks.kinds). OUT: ``{DATASET: {MODE: {"precision", "recall", "f1", "macro_f1",
 "micro_f1", "seconds"}}}`` (precision/recall/f1 are null for C-way tasks; next_item rows have
 every F1 null and add ``recall_at_1``, ``recall_at_5``, ``recall_at_10``, ``mrr``); every row adds
 its dev figure ``dev_<headline>`` (``dev_f1``, ``dev_macro_f1``, ``dev_recall_at_10``), the one
@@ -33,11 +33,11 @@ Asking for a mode and its ``+surprise`` variant (``--modes interleaved,interleav
 trains once and scores that training both ways (:func:`_train_mode`).
 
 Binary rows (trained modes and the count baselines) add, per threshold rule of
-training.thresholds.THRESHOLD_RULES, ``dev_cv_f1_<rule>`` (the rule fitted on one half of dev and
+training.tasks.thresholds.THRESHOLD_RULES, ``dev_cv_f1_<rule>`` (the rule fitted on one half of dev and
 scored on the other: the figure a rule is chosen by) and ``f1_<rule>`` (test F1 at the threshold
 the rule fits on all of dev); the row's own ``f1`` is the default rule's.
 
-Anomaly detection without labels (training.unlabelled; binary datasets; on request): mode
+Anomaly detection without labels (training.engine.unlabelled; binary datasets; on request): mode
 ``unlabelled`` trains the TVM's masked LM on every train sequence, no label read, and flags by a
 contamination share of the dev scores; ``unlabelled+normal`` (DeepLog's setting) trains it on
 the train sequences labelled normal and flags above a quantile of the normal dev sequences'
@@ -49,7 +49,7 @@ used (``share`` / ``q``), how many novel values it read (``novel_values``, seqen
 None without the line) and the same training without them (``f1_surprise_only``,
 ``dev_f1_surprise_only``, ``roc_auc_surprise_only``, ``dev_roc_auc_surprise_only``) and the one the dev curve recommends (``robust_share`` / ``robust_q``,
 :func:`robust_constant`; over several seeds, of the mean curve). Every binary dataset also gets ``count_pca``: loglizer's PCA detector
-on event counts fitted on the train sequences without labels (training.bench.baselines.count_pca), and
+on event counts fitted on the train sequences without labels (training.tasks.baselines.count_pca), and
 ``count_pca+normal`` (fitted on the normal ones) when ``unlabelled+normal`` is asked for.
 """
 
@@ -64,25 +64,28 @@ import numpy as np
 import polars as pl
 import torch
 
-from seqenc.config import VALUE_COUNT_BUCKETS, TVMKAConfig, task_model_settings
+from seqenc.config import VALUE_COUNT_BUCKETS, TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.sequences import collect_value_sequences, item_histories
-from training.bench.baselines import always_positive, count_baseline, count_pca, value_count_dataset
-from training.bench.data import BenchDataset, check_split, duplicates_across_splits, load_dataset
+from training.bench.data import LabelledDataset, check_split, duplicates_across_splits, load_dataset
 from training.bench.detectors import DETECTORS, count_detector
-from training.end_to_end import EndToEndTrainer, comparison_model
-from training.evaluate import history_rank_scores
-from training.metrics import binary_ranking, headline, ranking_metrics
-from training.sizes import SIZES
-from training.task_data import vocab_and_windows
-from training.thresholds import THRESHOLD_RULES, rule_fields
-from training.trainer import END_TO_END, InterleavedTrainer, TrainConfig
-from training.trainer import MODES as MODES_ALL
-from training.unlabelled import LABEL_FREE_RULE, UnlabelledTrainer, label_free_threshold, labelled_metrics
+from training.engine.end_to_end import EndToEndTrainer
+from training.engine.modes import BENCH_MODES, END_TO_END
+from training.engine.modes import MODES as MODE_REGISTRY
+from training.engine.modes import SELECTABLE as MODES_ALL
+from training.engine.sizes import SIZES
+from training.engine.trainer import InterleavedTrainer, TrainConfig
+from training.engine.unlabelled import LABEL_FREE_RULE, UnlabelledTrainer, label_free_threshold, labelled_metrics
+from training.serving.evaluate import history_rank_scores
+from training.tasks.baselines import always_positive, count_baseline, count_pca, value_count_dataset
+from training.tasks.kinds import KINDS
+from training.tasks.metrics import binary_ranking, headline, ranking_metrics
+from training.tasks.task_data import vocab_and_windows
+from training.tasks.thresholds import THRESHOLD_RULES, rule_fields
 
 log = logging.getLogger(__name__)
 
-MODES = ("interleaved", "no_interleave", "flattened", "record_view")
+MODES = BENCH_MODES  # training.engine.modes: the entries with in_bench
 # next_item (training.bench.data) runs on request: its 1,500 histories of 20-60 purchases are
 # about twice the tokens of the others and take ~10 min a TVM mode on 2 cores
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly")
@@ -110,7 +113,7 @@ BENCH_OVERRIDES = {"train": {"tvm_ka_ratio": 0.1}}
 # split defines; --limit hdfs=N keeps the first N lines of each for a quicker run
 DEFAULT_LIMITS: dict[str, int] = {}
 
-# Anomaly detection without labels (training.unlabelled), binary datasets: "unlabelled" = the
+# Anomaly detection without labels (training.engine.unlabelled), binary datasets: "unlabelled" = the
 # masked LM on every train sequence, no label read; "unlabelled+normal" = on the train sequences
 # labelled normal (DeepLog's setting: labels pick the normal blocks, nothing else), reference =
 # the normal dev sequences (a clean window). Either may add a VARIANTS suffix ("+bag", "+rvd").
@@ -146,7 +149,7 @@ Q_GRID = (0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
 UNLABELLED_OVERRIDES = {"train": {"mlm_mask_unit": "value"}}
 
 
-def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
+def _train_mode(mode: str, ds: LabelledDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
                 progress: bool, also_plain: bool = False) -> dict[str, dict]:
     """``{mode: row}``; with ``also_plain`` (a ``+surprise`` mode whose plain mode is asked for
     too) also ``{base: row}`` from the same training scored by the KA alone. The surprise only
@@ -155,7 +158,7 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
     outputs = {"n_items": len(ds.class_names), "class_names": list(ds.class_names)} if ds.task == "next_item" else \
         {"n_classes": len(ds.class_names), "class_names": list(ds.class_names)}
     base, variant = _variant(mode)
-    model = task_model_settings(ds.task, sizes["model"], end_to_end=base in END_TO_END)
+    model = KINDS[ds.task].model_settings(sizes["model"], end_to_end=base in END_TO_END)
     config = TVMKAConfig(**{**model, "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                             "val_sep_token_id": tok.val_sep_id, "task": ds.task, **outputs, **VARIANTS[variant]})
     cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": base})
@@ -163,7 +166,7 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
     torch.manual_seed(seed)  # initial weights must not depend on what ran before in this process
     model = TVMKA(config)
     if base in END_TO_END:
-        model, inputs = comparison_model(base, config, data, tok, ds.objects, ds.exclude_keys)
+        model, inputs = MODE_REGISTRY[base].build_model(config, data, tok, ds.objects, ds.exclude_keys)
         trainer = EndToEndTrainer(model, inputs, y, splits, cfg, workdir / mode, ds.task, len(ds.class_names),
                                   progress=progress)
     else:
@@ -182,11 +185,11 @@ def _train_mode(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, 
 
 def _with_ranking(final: dict, y, splits, task: str) -> tuple[dict, dict]:
     """(test, dev) metrics of a trainer's evaluation, binary ones with the threshold-free
-    figures (training.metrics.binary_ranking) from its probabilities."""
+    figures (training.tasks.metrics.binary_ranking) from its probabilities."""
     if task != "binary":
         return final["test"], final["dev"]
     test, dev = (final[s] | binary_ranking(y[splits[s]], final["probs"][splits[s], 1]) for s in ("test", "dev"))
-    p = final["probs"][:, 1]  # every threshold rule's dev figure and test F1 (training.thresholds)
+    p = final["probs"][:, 1]  # every threshold rule's dev figure and test F1 (training.tasks.thresholds)
     return test | rule_fields(y[splits["dev"]], p[splits["dev"]], y[splits["test"]], p[splits["test"]]), dev
 
 
@@ -212,9 +215,9 @@ def _threshold_policy(mode: str, dataset: str, config: dict) -> dict:
     return table.get(dataset, table["*"])
 
 
-def _train_unlabelled(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
+def _train_unlabelled(mode: str, ds: LabelledDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
                       progress: bool, threshold: dict) -> dict:
-    """One unlabelled row (training.unlabelled): test metrics at the policy's threshold, its dev
+    """One unlabelled row (training.engine.unlabelled): test metrics at the policy's threshold, its dev
     F1, the ROC AUC of the scores (dev and test), the dev F1 at every constant of the policy's
     grid (the choice's input) and the constant used."""
     from sklearn.metrics import roc_auc_score
@@ -256,7 +259,7 @@ def _train_unlabelled(mode: str, ds: BenchDataset, tok, data, y, splits, sizes: 
     row["f1_surprise_only"] = labelled_metrics(y, alone, splits["test"], cut).get("f1")
     row["dev_f1_surprise_only"] = labelled_metrics(y, alone, splits["dev"], cut).get("f1")
     row |= roc_aucs(alone, "_surprise_only")
-    # beside the dev-labelled constant, a threshold no label chose (training.unlabelled)
+    # beside the dev-labelled constant, a threshold no label chose (training.engine.unlabelled)
     cut = label_free_threshold(final["probs"][trainer.reference, 1])
     row["f1_label_free"] = labelled_metrics(y, final["probs"], splits["test"], cut).get("f1")
     row["dev_f1_label_free"] = labelled_metrics(y, final["probs"], splits["dev"], cut).get("f1")
@@ -278,7 +281,7 @@ def _row(metrics: dict, task: str, dev: dict | None = None) -> dict:
     """The contracted FIELDS (None where the task has no such metric), plus RANKING for next_item,
     plus ``dev_<headline>`` (dev_f1, dev_macro_f1, dev_recall_at_10): the dev figure, from ``dev``
     (a trainer's dev metrics) or else from ``metrics`` (a baseline's row). Binary rows add the
-    threshold-free THRESHOLD_FREE (training.metrics.binary_ranking; None where a row has none)."""
+    threshold-free THRESHOLD_FREE (training.tasks.metrics.binary_ranking; None where a row has none)."""
     headlines = [headline(task)] + (list(THRESHOLD_FREE) if task == "binary" else [])
     extra = THRESHOLD_FREE[:1] if task == "binary" else ()
     rules = tuple(f"{kind}{r}" for r in THRESHOLD_RULES for kind in ("f1_", "dev_cv_f1_")) if task == "binary" else ()
@@ -287,7 +290,7 @@ def _row(metrics: dict, task: str, dev: dict | None = None) -> dict:
     return row | {f"dev_{k}": dev.get(k) if dev is not None else metrics.get(f"dev_{k}") for k in headlines}
 
 
-def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool,
+def bench_dataset(ds: LabelledDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool,
                   unlabelled_sizes: dict | None = None, config: dict | None = None) -> dict:
     """``sizes``: ``{"model": ..., "train": ...}`` keyword arguments of the configs;
     ``unlabelled_sizes`` the same for the unlabelled modes (default ``sizes``); ``config`` the
@@ -321,7 +324,7 @@ def bench_dataset(ds: BenchDataset, modes, sizes: dict, seed: int, workdir: Path
     for name, counted in (("count_lr", ds), ("count_lr_values", value_count_dataset(ds))):
         t0 = time.time()
         out[name] = _row(count_baseline(counted, seed), ds.task) | {"seconds": round(time.time() - t0, 1)}
-    if ds.task == "next_item":  # each sequence's own items, most frequent first (training.evaluate)
+    if ds.task == "next_item":  # each sequence's own items, most frequent first (training.serving.evaluate)
         scores = history_rank_scores(data.item_history, len(ds.class_names))
         dev = ranking_metrics(y[splits["dev"]], scores[splits["dev"]])
         out["history_rank"] = _row(ranking_metrics(y[splits["test"]], scores[splits["test"]]), ds.task, dev) | \

@@ -1,7 +1,7 @@
 """Labelled datasets for ``seqenc bench accuracy``, a classic count-vector baseline and a floor.
 
 Four datasets, each as long-form key-value objects (``parsers.storage.OBJECTS_SCHEMA``), one
-label per sequence and a fixed train/dev/test split (:class:`BenchDataset`):
+label per sequence and a fixed train/dev/test split (:class:`LabelledDataset`):
 
 * ``hdfs`` -- real HDFS_1 blocks (DeepLog release under ``<data_dir>/hdfs_deeplog``,
   training.bench.hdfs), split so that each distinct event sequence lies in one split only
@@ -23,7 +23,7 @@ Choices:
 * The ingest partition date is fixed (``INGEST_DATE``), so the objects do not depend on the day.
 * ``seed`` drives the generators (milestone, value_anomaly), the stratified splits and the hdfs
   ``by_content`` split; the hdfs ``by_line`` split does not depend on it.
-* Each dataset has one split rule (``BenchDataset.split_rule``: ``by_content`` / ``by_line`` for
+* Each dataset has one split rule (``LabelledDataset.split_rule``: ``by_content`` / ``by_line`` for
   hdfs, ``stratified`` for bgl, milestone and value_anomaly, ``random`` for next_item); only hdfs
   offers a second one (``SPLIT_RULES``); asking another dataset for one it lacks is an error.
 * :func:`duplicates_across_splits` counts the dev and test sequences whose *content* also occurs
@@ -39,10 +39,10 @@ Choices:
 * Stratified splits (:func:`stratified_split`) are done per class on the sorted sequence ids with
   a seeded permutation: round(20 %) test, round(20 %) dev, the rest train, and at least one of a
   class in dev and in test whenever the class has three or more sequences (BGL has few anomalous
-  windows). ``training.data.split_indices`` gives no such guarantee (and imports torch).
+  windows). ``training.tasks.data.split_indices`` gives no such guarantee (and imports torch).
 * Log datasets get an ``event`` key per line, ``E<template_id>`` (``seqenc.sequences.with_event_key``),
   which is what the count baseline counts.
-* Baselines (training.bench.baselines): ``count_baseline`` (logistic regression on event
+* Baselines (training.tasks.baselines): ``count_baseline`` (logistic regression on event
   counts), on binary datasets ``count_pca`` (loglizer's unsupervised PCA detector on event
   counts, no label read) and ``always_positive`` (every sequence flagged: the floor a detector
   must beat).
@@ -57,7 +57,7 @@ import numpy as np
 import polars as pl
 
 from parsers import storage
-from training.bench.dataset import BINARY, SPLITS, BenchDataset, _check, _finish, _labelled, _require  # noqa: F401
+from training.tasks.dataset import BINARY, SPLITS, LabelledDataset, _check, _finish, _labelled, _require  # noqa: F401
 
 DATASETS = ("hdfs", "bgl", "milestone", "value_anomaly", "next_item")
 # the split rules each dataset offers, its default first
@@ -72,7 +72,7 @@ NEXT_ITEM_PRODUCTS = 200
 
 
 def load_dataset(name: str, data_dir, workdir, seed: int = 0, limit: int | None = None,
-                 split: str | None = None) -> BenchDataset:
+                 split: str | None = None) -> LabelledDataset:
     """Build one dataset. ``data_dir`` holds the real data (``hdfs_deeplog/``, ``loghub/``);
     ``workdir`` receives generated and ingested files. ``limit`` caps the size: hdfs lines kept
     per file (before splitting), bgl log lines read, milestone sessions, value_anomaly blocks,
@@ -148,7 +148,7 @@ def _log_objects(root: Path, source: str) -> pl.DataFrame:
     return with_event_key(storage.read_objects(root, source, INGEST_DATE))
 
 
-def _bgl(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+def _bgl(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> LabelledDataset:
     from parsers.log_ingest import ingest_logs
 
     log = _require(data_dir / "loghub" / "BGL" / "BGL_2k.log")
@@ -160,7 +160,7 @@ def _bgl(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDa
         log.write_text("".join(head), encoding="utf-8")
     report = ingest_logs(log, root, source="bgl", preset="bgl", ingest_date=INGEST_DATE)
     objects, labels = _labelled(_log_objects(root, "bgl"), storage.read_labels(root, "bgl"))
-    ds = BenchDataset(
+    ds = LabelledDataset(
         "bgl", "binary", BINARY, _as_objects(objects), labels, stratified_split(labels, seed), "event",
         ("timestamp", "date", "time", "node", "noderepeat", "template"),
         "Real BGL lines (loghub/BGL/BGL_2k.log" + (f", first {limit} lines" if limit else "") + ") through the "
@@ -178,7 +178,7 @@ def _bgl(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDa
     return _finish(ds)
 
 
-def _milestone(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+def _milestone(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> LabelledDataset:
     from parsers.events import ingest_events
     from parsers.logs import ingest_labels
     from parsers.synthetic import SESSION_LABELS, generate_session_events
@@ -190,7 +190,7 @@ def _milestone(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> B
     ingest_labels(raw / "sessions_labels.csv", root, "sessions", id_column="session_id", label_column="label")
     objects, labels = _labelled(storage.read_objects(root, "sessions", INGEST_DATE),
                                 storage.read_labels(root, "sessions"))
-    ds = BenchDataset(
+    ds = LabelledDataset(
         "milestone", "multiclass", tuple(SESSION_LABELS), _as_objects(objects), labels,
         stratified_split(labels, seed), "event_type", (),
         f"The demo's generated user sessions (parsers.synthetic.generate_session_events, {n} sessions, "
@@ -204,7 +204,7 @@ def _milestone(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> B
     return _finish(ds)
 
 
-def _value_anomaly(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+def _value_anomaly(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> LabelledDataset:
     from parsers.log_ingest import ingest_logs
     from parsers.logs import ingest_labels
     from parsers.value_anomaly import generate_value_anomaly_logs
@@ -217,7 +217,7 @@ def _value_anomaly(data_dir: Path, workdir: Path, seed: int, limit: int | None) 
     ingest_labels(labels_csv, root, "value_anomaly", id_column="BlockId", label_column="Label")
     objects, labels = _labelled(_log_objects(root, "value_anomaly"), storage.read_labels(root, "value_anomaly"))
     kinds = ", ".join(f"{v} {k}" for k, v in gen["anomaly_kinds"].items())
-    ds = BenchDataset(
+    ds = LabelledDataset(
         "value_anomaly", "binary", BINARY, _as_objects(objects), labels, stratified_split(labels, seed), "event",
         ("date", "time", "pid", "template"),
         f"Generated HDFS-like raw logs (parsers.value_anomaly, {n} blocks, seed {seed}, "
@@ -235,7 +235,7 @@ def _value_anomaly(data_dir: Path, workdir: Path, seed: int, limit: int | None) 
     return _finish(ds)
 
 
-def _next_item(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> BenchDataset:
+def _next_item(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> LabelledDataset:
     from parsers.events import ingest_events
     from parsers.logs import ingest_labels
     from parsers.purchases import catalogue, generate_purchases
@@ -250,7 +250,7 @@ def _next_item(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> B
                                 storage.read_labels(root, "purchases"))
     # one stratum: a split stratified by target product would leave most products' few users in train
     split = stratified_split(labels.with_columns(label=pl.lit("all")), seed)
-    ds = BenchDataset(
+    ds = LabelledDataset(
         "next_item", "next_item", tuple(catalogue(NEXT_ITEM_PRODUCTS)), _as_objects(objects), labels, split,
         "product", ("event_type",),
         f"Generated Instacart-like purchase histories (parsers.purchases, {n} users, {NEXT_ITEM_PRODUCTS} "
@@ -268,7 +268,7 @@ def _next_item(data_dir: Path, workdir: Path, seed: int, limit: int | None) -> B
 # --------------------------------------------------------------------------- content duplicates
 
 
-def sequence_contents(ds: BenchDataset, ordered: bool = True) -> pl.DataFrame:
+def sequence_contents(ds: LabelledDataset, ordered: bool = True) -> pl.DataFrame:
     """``sequence_id, content``: the ordered (key, value) pairs of each sequence over the keys of
     its value sequences (not ``exclude_keys``), by step and then the stored key order, as one
     string; a sequence with no such key has content "". ``ordered=False``: the pairs sorted,
@@ -282,7 +282,7 @@ def sequence_contents(ds: BenchDataset, ordered: bool = True) -> pl.DataFrame:
         pl.col("content").fill_null(""))
 
 
-def duplicates_across_splits(ds: BenchDataset, ordered: bool = True) -> int:
+def duplicates_across_splits(ds: LabelledDataset, ordered: bool = True) -> int:
     """How many dev and test sequences have a content (:func:`sequence_contents`) that also
     occurs in another split -- inputs the model may have met verbatim before it is scored.
     ``ordered=False`` compares bags of (key, value) pairs: a sequence whose values a train

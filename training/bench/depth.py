@@ -84,12 +84,12 @@ def floor_rows(task: str, metric: str, objects, labels: dict, split: dict, exclu
     """The rows a KA's figure stands beside, on the task's own split: the floor -- flagging every
     sequence (``always_positive``, F1 tasks) or the train majority class (``majority``, accuracy
     tasks) -- and ``count_lr_values``, logistic regression on the counts of every key=value pair
-    the sequences hold (training.bench.baselines: the same input the KA reads, as a bag), its
+    the sequences hold (training.tasks.baselines: the same input the KA reads, as a bag), its
     threshold fitted on dev for F1 as the cells' is."""
     import polars as pl
 
-    from training.bench.baselines import count_baseline, value_count_dataset
-    from training.bench.dataset import BenchDataset
+    from training.tasks.baselines import count_baseline, value_count_dataset
+    from training.tasks.dataset import LabelledDataset
 
     ids = sorted(split)
     y = {p: np.array([names.index(labels[i]) for i in ids if split[i] == p]) for p in ("train", "dev", "test")}
@@ -97,7 +97,7 @@ def floor_rows(task: str, metric: str, objects, labels: dict, split: dict, exclu
             "metric_name": metric, "fixup_mu": None, "diverged": False}
     rows = []
     if metric == "f1":
-        from training.metrics import task_metrics
+        from training.tasks.metrics import task_metrics
 
         rows.append(base | {"init": "always_positive",
                             **{k: task_metrics(y[p], np.ones_like(y[p]), "binary")["f1"]
@@ -106,7 +106,7 @@ def floor_rows(task: str, metric: str, objects, labels: dict, split: dict, exclu
         top = int(np.bincount(y["train"], minlength=len(names)).argmax())
         rows.append(base | {"init": "majority", "metric": float(np.mean(y["test"] == top)),
                             "dev_metric": float(np.mean(y["dev"] == top))})
-    ds = BenchDataset(task, "binary" if metric == "f1" else "multiclass", tuple(names),
+    ds = LabelledDataset(task, "binary" if metric == "f1" else "multiclass", tuple(names),
                       objects.filter(pl.col("sequence_id").is_in(ids)),
                       pl.DataFrame({"sequence_id": ids, "label": [labels[i] for i in ids]}),
                       pl.DataFrame({"sequence_id": ids, "split": [split[i] for i in ids]}), "", tuple(exclude),
@@ -146,8 +146,8 @@ def _task_objects(task: str, s: DepthBenchSettings, work: Path):
     from parsers import storage
     from training.bench import tables as tb
     from training.bench.data import load_dataset
-    from training.table_task import example_objects, groups_of
-    from training.task_data import grouped_split
+    from training.tasks.table_task import example_objects, groups_of
+    from training.tasks.task_data import grouped_split
 
     if task == "level":
         objects, labels = level_task()
@@ -209,8 +209,8 @@ def train_cell(t: TaskKRs, depth: int, init: str, seed: int, s: DepthBenchSettin
     from seqenc.inference import gather_keys, ka_probabilities
     from seqenc.model import KeyAggregator, init_weights
     from seqenc.pretrained import config_from_bert
-    from training.data import class_weights
-    from training.engines import make_engine
+    from training.engine.engines import make_engine
+    from training.tasks.data import class_weights
 
     torch.manual_seed(seed)
     task = "binary" if len(t.class_names) == 2 and t.metric == "f1" else "multiclass"
@@ -251,8 +251,8 @@ def cell_metrics(t: TaskKRs, probs: np.ndarray, task: str) -> dict:
     threshold fitted on dev (on dev itself that F1 is optimistic and saturates at 1.0 easily);
     ``dev_loss``: the mean cross-entropy on dev (unweighted), the threshold-free figure that
     settings such as the learning rate are chosen by."""
-    from training.metrics import split_metrics
-    from training.thresholds import best_f1 as best_threshold  # the depth study's figures: the dev-best rule
+    from training.tasks.metrics import split_metrics
+    from training.tasks.thresholds import best_f1 as best_threshold  # the depth study's figures: the dev-best rule
 
     dev, test = t.splits["dev"], t.splits["test"]
     threshold = None if t.metric == "accuracy" else best_threshold(t.y[dev], probs[dev, 1])
@@ -269,7 +269,7 @@ def cell_metrics(t: TaskKRs, probs: np.ndarray, task: str) -> dict:
 def bench_depth(s: DepthBenchSettings, workdir: str | Path, progress: bool = True) -> dict:
     from tqdm.auto import tqdm
 
-    from training import tracking
+    from training.serving import tracking
 
     work = Path(workdir).resolve()
     rows, curves = [], {}
@@ -344,7 +344,7 @@ def log_summary(r: dict, workdir: Path, files: list[Path]) -> None:
     """The table and plots as artifacts of one summary MLflow run."""
     import mlflow
 
-    from training import tracking
+    from training.serving import tracking
 
     with tracking.run(workdir, "depth-summary", {"settings": json.dumps(r["settings"])[:450]}, {"bench": "depth"}):
         for f in files:

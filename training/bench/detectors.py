@@ -1,7 +1,7 @@
 """Unsupervised peers of ``unlabelled``: scikit-learn's Isolation Forest, LOF and one-class SVM.
 
 Users compare a detector without labels against loglizer's and LogLead's: PCA (``count_pca``,
-training.bench.baselines), Isolation Forest, Local Outlier Factor and one-class SVM. Here each
+training.tasks.baselines), Isolation Forest, Local Outlier Factor and one-class SVM. Here each
 reads exactly what ``count_pca`` reads -- the event-count vector of a sequence over the events
 seen in train (``count_vectors``), tf-idf weighted and centred as loglizer's FeatureExtractor does
 for PCA (``pca_detector``'s transform) -- and is fitted on the train sequences without labels
@@ -29,8 +29,8 @@ import time
 
 import numpy as np
 
-from training.bench.baselines import count_vectors, pca_detector
-from training.bench.data import SPLITS, BenchDataset
+from training.tasks.baselines import count_vectors, pca_detector
+from training.tasks.dataset import SPLITS, LabelledDataset
 
 DETECTORS = ("iforest", "lof", "ocsvm")
 
@@ -49,13 +49,13 @@ def make_detector(name: str, seed: int):
     raise ValueError(f"unknown detector {name!r}: one of {', '.join(DETECTORS)}")
 
 
-def count_detector(ds: BenchDataset, name: str, threshold: dict, normal_only: bool = False, seed: int = 0) -> dict:
+def count_detector(ds: LabelledDataset, name: str, threshold: dict, normal_only: bool = False, seed: int = 0) -> dict:
     """One detector row (module docstring). ``threshold``: the unlabelled mode's policy on this
-    dataset (training.unlabelled.check_threshold's form)."""
+    dataset (training.engine.unlabelled.check_threshold's form)."""
     from sklearn.metrics import average_precision_score, roc_auc_score
 
-    from training.metrics import task_metrics
-    from training.unlabelled import policy_threshold
+    from training.engine.unlabelled import policy_threshold
+    from training.tasks.metrics import task_metrics
 
     if ds.task != "binary":
         raise ValueError(f"{ds.name}: {name} needs a binary task, not {ds.task}")

@@ -43,15 +43,15 @@ import numpy as np
 import polars as pl
 
 from parsers import storage
-from training.bench.dataset import BINARY, BenchDataset, _finish, _labelled, _require
+from training.tasks.dataset import BINARY, LabelledDataset, _finish, _labelled, _require
 
 SPLIT_RULES = ("by_content", "by_line")
 SHARES = {"test": 0.2, "dev": 0.2, "train": 0.6}  # of each stratum's blocks; also the tie order
 FILES = (("normal", "hdfs_train", "Normal"), ("abnormal", "hdfs_test_abnormal", "Anomaly"))
 
 
-def load_hdfs(data_dir: Path, workdir: Path, seed: int, limit: int | None, split: str = "by_content") -> BenchDataset:
-    """The hdfs BenchDataset; ``limit`` keeps the first ``limit`` lines of each file (before
+def load_hdfs(data_dir: Path, workdir: Path, seed: int, limit: int | None, split: str = "by_content") -> LabelledDataset:
+    """The hdfs LabelledDataset; ``limit`` keeps the first ``limit`` lines of each file (before
     splitting); ``split`` is one of SPLIT_RULES (``seed`` drives ``by_content`` only)."""
     if split not in SPLIT_RULES:
         raise ValueError(f"hdfs split {split!r}: choose from {', '.join(SPLIT_RULES)}")
@@ -87,7 +87,7 @@ def load_hdfs(data_dir: Path, workdir: Path, seed: int, limit: int | None, split
         split_df = blocks.select("sequence_id", split="line_split").sort("sequence_id")
     else:
         split_df = content_split(blocks.select("sequence_id", "label", content="line"), seed)
-    ds = BenchDataset(
+    ds = LabelledDataset(
         "hdfs", "binary", BINARY, objects, labels, split_df, "event", ("template",),
         "Real HDFS_1 blocks as distributed with DeepLog (hdfs_deeplog/hdfs_train: normal blocks, "
         "hdfs_test_abnormal: anomalous blocks; one block per line, 1-based event ids"

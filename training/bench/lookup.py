@@ -33,8 +33,8 @@ import json
 import random
 from pathlib import Path
 
-from seqenc.catalog import UnsafeName, check_name
-from training.table_pretrain import key_column, lookup_statement
+from parsers.names import UnsafeName, check_name
+from training.engine.table_pretrain import key_column, lookup_statement
 
 __all__ = ["key_column", "lookup_statements", "read_table", "synthetic_lookup", "table_statements",
            "write_lookup_statements"]

@@ -7,7 +7,7 @@ encoded two ways, same width and depth (default d_model 256, 4 layers, 8 heads),
   (seqenc.sequences), KR(k) from the TVM in length-sorted batches (seqenc.inference), then the KA.
   Work grows linearly in N: the windows of one key are independent.
 * ``flattened_truncated``: the flattened baseline *as it is trained* (seqenc.baselines
-  ``flatten_objects``, training/end_to_end.py): the most recent whole objects that fit in
+  ``flatten_objects``, training/engine/end_to_end.py): the most recent whole objects that fit in
   ``window`` tokens (512 by default: ``max_positions``), one dense BERT input. Its cost stops
   growing once N passes the window -- it simply reads less of the sequence (``objects_kept``
   of ``n_objects``; ``truncated`` true).

@@ -8,7 +8,7 @@ sequence per block.
 Model: a TVM-KA of the given size (default d_model 256, 4 layers, 8 heads of which 4 shared,
 d_ff 1024, 128-token TVM window), **random init** (throughput does not depend on the weights),
 a WordPiece vocabulary trained on the first ``vocab_sequences`` blocks' keys and values, saved
-with ``training.scoring.save_bundle`` with the anomaly task's metadata (``exclude_keys``,
+with ``training.serving.scoring.save_bundle`` with the anomaly task's metadata (``exclude_keys``,
 ``event_key``) -- so scoring sees exactly what a trained anomaly bundle would see.
 
 Three sides, same run, same bundle, each in its own child process (``python -m
@@ -17,7 +17,7 @@ parsers.resources: the process, torch and the model included), not the generator
 ingest's:
 
 * **batched** (the product path, ``seqenc score`` and the batch-scoring DAG):
-  ``training.batch_score.score_in_chunks`` over the partition, bucketed in one pass into chunks
+  ``training.serving.batch_score.score_in_chunks`` over the partition, bucketed in one pass into chunks
   of about ``chunk_sequences`` sequences (default 2,000: memory follows the chunk, not the
   partition); within a chunk all windows of all keys are sorted by length and packed into TVM
   batches (``seqenc.inference``). ``seconds`` covers everything after loading the bundle (timed
@@ -69,7 +69,7 @@ log = logging.getLogger(__name__)
 class ScoreBenchSettings:
     sequences: int = 1000  # HDFS blocks generated and scored
     baseline_sequences: int = 100  # of those, scored one at a time
-    chunk_sequences: int = 2000  # sequences per chunk on the product path (training.batch_score)
+    chunk_sequences: int = 2000  # sequences per chunk on the product path (training.serving.batch_score)
     small_chunk: int = 100  # sequences per chunk of the small-batches side (0: no such side)
     vocab_sequences: int = 2000  # blocks the WordPiece vocabulary is trained on
     d_model: int = 256
@@ -94,11 +94,11 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[Path, Path, dict]:
     """Generate, ingest, build the random-init bundle: -> (data root, bundle directory, data stats)."""
     from parsers import storage, synthetic
     from parsers.log_ingest import ingest_logs
-    from seqenc.catalog import DEFAULT_CATALOG, load_catalog
     from seqenc.config import TVMKAConfig
     from seqenc.model import TVMKA
-    from training.scoring import save_bundle
-    from training.task_data import value_sequences, vocab_and_windows
+    from training.serving.scoring import save_bundle
+    from training.tasks.catalog import DEFAULT_CATALOG, load_catalog
+    from training.tasks.task_data import value_sequences, vocab_and_windows
 
     # the shipped catalogue's log task over HDFS-like lines: what the generator writes
     catalog = load_catalog(DEFAULT_CATALOG)
@@ -139,8 +139,8 @@ def prepare(s: ScoreBenchSettings, workdir: Path) -> tuple[Path, Path, dict]:
 def _child(side: str, settings: dict, root: str, source: str, bundle_dir: str, out: str) -> dict:
     """One side in this (child) process: score, write the predictions to ``out``, report."""
     from parsers import storage
-    from training.batch_score import score_in_chunks
-    from training.scoring import load_bundle, score_objects
+    from training.serving.batch_score import score_in_chunks
+    from training.serving.scoring import load_bundle, score_objects
 
     settings = dict(settings)
     progress = settings.pop("progress", False)

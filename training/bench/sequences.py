@@ -1,6 +1,6 @@
 """``seqenc bench sequences``: building a task's value sequences over many days of ingested logs.
 
-The product path (training.sequence_build: buckets of ``chunk_sequences`` sequences, spilled to
+The product path (training.tasks.sequence_build: buckets of ``chunk_sequences`` sequences, spilled to
 Parquet) against its baseline, the same build in one in-memory pass, each run by
 ``stage_sequences`` in a child process of its own, whose peak RSS (``VmHWM``) is the figure:
 
@@ -83,10 +83,11 @@ def ingest_days(workdir: Path, days: int, lines_per_day: int, seed: int = 0, pro
 def _child(workdir: str, catalog: str, chunk: int, out: str) -> dict:
     """One build in this (child) process: seconds, peak RSS, the stage's stats."""
     from parsers.resources import peak_rss_mb
-    from training.pipeline import stage_sequences
+    from training.pipeline.stages import stage_sequences
+    from training.tasks.spec import resolve_task
 
     t0 = time.perf_counter()
-    result = stage_sequences(out, TASK, "demo", seed=0, data_root=str(Path(workdir) / "data"), catalog=catalog,
+    result = stage_sequences(out, resolve_task(catalog, TASK), "demo", seed=0, data_root=str(Path(workdir) / "data"),
                              chunk_sequences=chunk, progress=False)
     return {"seconds": round(time.perf_counter() - t0, 1), "peak_rss_mb": round(peak_rss_mb(), 1),
             "stats": result["stats"], "dir": result["dir"]}

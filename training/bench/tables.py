@@ -4,7 +4,7 @@ Input, in the layout of ``../shared/data/tabfact``: ``--tables DIR`` (``#``-sepa
 header first), ``--train FILE`` (JSON Lines: ``table``, ``statement``, ``label``, ...) and
 optionally ``--test FILE`` (the same). Everything goes through the product: the tables and
 statements are ingested (parsers.tables), the task is a catalogue task (texts joined to their
-tables, training.table_task; kind multiclass over the labels, so a prediction is the argmax),
+tables, training.tasks.table_task; kind multiclass over the labels, so a prediction is the argmax),
 and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow runs included).
 
 **accuracy** (``{variant: {"accuracy", "perturbed_accuracy", "variation", "test_statements"}}``):
@@ -57,7 +57,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from seqenc.catalog import check_name
+from parsers.names import check_name
 from seqenc.table_inputs import WORD, overlap_features
 from training.bench.table_variants import DEFAULT_VARIANTS, MAFID_ABLATIONS, MINILM, TABLE_VARIANTS, VARIANTS, WIDE
 
@@ -175,7 +175,7 @@ def prepare(s: TablesBenchSettings, work: Path) -> dict:
 def _test_objects(root: Path, test_ids: list[str]):
     import polars as pl
 
-    from training.table_task import example_objects
+    from training.tasks.table_task import example_objects
 
     objects = example_objects(root, STATEMENTS, None, TABLES, "table").collect()
     return objects.filter(pl.col("sequence_id").is_in(test_ids))
@@ -201,7 +201,8 @@ def _scores(predicted, perturbed, labels: dict[str, str]) -> dict:
 
 def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str, progress: bool) -> tuple[Path, dict]:
     """Train one variant; returns (its bundle, its training result)."""
-    from training.pipeline import stage_sequences, stage_train
+    from training.pipeline.stages import stage_sequences, stage_train
+    from training.tasks.spec import resolve_task
 
     wide = {"table_wide": True} if variant.endswith(WIDE) else {}
     base = variant.removesuffix(WIDE).removesuffix(MINILM)
@@ -217,8 +218,8 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     if pretrained:
         model = {k: v for k, v in model.items() if k not in ("max_positions",)}
     out = work / variant
-    stage_sequences(str(out), TASK, s.size, s.seed, pretrained=pretrained, data_root=str(work / "data"),
-                    model_overrides=model, catalog=catalog, progress=progress)
+    stage_sequences(str(out), resolve_task(catalog, TASK), s.size, s.seed, pretrained=pretrained,
+                    data_root=str(work / "data"), model_overrides=model, progress=progress)
     result = stage_train(str(out), TASK, s.size, s.seed, progress=progress, pretrained=pretrained, mode=mode,
                          train_overrides=train, model_overrides=model,
                          data_root=str(work / "data"), tracking_dir=str(work))
@@ -288,7 +289,7 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dic
 def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) -> dict:
     import polars as pl
 
-    from training.scoring import load_bundle, score_objects
+    from training.serving.scoring import load_bundle, score_objects
 
     prepared = prepare(s, work)
     labels = _labels(work / "data", STATEMENTS)

@@ -1,0 +1,1 @@
+"""What the DAG files wire: their callables, the params they read, and the work root that confines paths."""

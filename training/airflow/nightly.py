@@ -1,0 +1,35 @@
+"""The ``seqenc_nightly_training`` DAG's tasks: tasks -> train[task] -> promote[task].
+
+Each function reads the run's params through training.airflow.context and calls
+training.pipeline.nightly; the DAG file only wires them.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowSkipException
+
+from training.airflow import context
+from training.pipeline.nightly import SourceNeverIngested, nightly_train, promote_if_better
+from training.tasks.listing import scheduled_tasks
+
+
+def tasks() -> list[str]:
+    """The catalogue's task names, narrowed by the param ``tasks``."""
+    return scheduled_tasks(context.catalog(), context.params().get("tasks"))
+
+
+def train(task_name: str) -> dict:
+    """Tonight's model of the task; skipped (with the reason) when its source was never ingested."""
+    context.name_map_index("seqenc_task", task_name)
+    params = context.params()
+    try:
+        return nightly_train(context.workdir(), context.task(task_name), context.night(),
+                             window_days=int(params["window_days"]), size=params["size"] or None,
+                             seed=int(params["seed"]), mode=params["mode"] or None, config=context.training_config())
+    except SourceNeverIngested as exc:  # a source this deployment does not feed; a late one still fails
+        raise AirflowSkipException(str(exc)) from exc
+
+
+def promote(trained: dict) -> dict:
+    context.name_map_index("seqenc_task", trained["task_name"])
+    return promote_if_better(context.workdir(), trained, min_delta=float(context.params()["min_delta"]))

@@ -1,0 +1,1 @@
+"""The ``seqenc`` command: argument parsing and one-line errors; the only importer of training.bench."""

@@ -1,0 +1,1 @@
+"""How a model is trained: the training modes, trainers, update engines (PyTorch, DeepSpeed), checkpoints."""

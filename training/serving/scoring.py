@@ -1,0 +1,228 @@
+"""Model bundles and batch scoring, for every training mode.
+
+A model bundle is one directory: ``config.json`` + ``model.safetensors`` + ``architecture.json``
+(which model class it holds and that class's options, see
+:meth:`seqenc.model.SaveLoadMixin.save_pretrained`), ``tokenizer.json`` (with
+``numeric_bins.json`` beside it when the tokenizer has numeric bins) and ``metadata.json``
+(task, training mode, decision threshold, how the objects became the model's input --
+``event_key``, ``exclude_keys`` --, and the fitted ``surprise`` scorer when the model was
+trained with ``surprise_scoring``, seqenc.surprise; value-link markers, seqenc.links, live in
+``tokenizer.json``). Nothing in it is pickled. Saved bundles are versions
+(:func:`save_bundle`): ``models/<task>/bundle`` is a link to ``models/<task>/bundle.versions/<n>``,
+a folder never written again, so a scorer never reads a bundle that training is replacing.
+
+Every mode's bundle loads (:func:`load_bundle`) and scores (:func:`score_objects`) the same way;
+the one difference is the input each model reads, built by the functions training built it with:
+
+* ``interleaved`` / ``no_interleave`` (:class:`~seqenc.model.TVMKA`): S(k) windows, KRs batched by
+  length, then the KA (seqenc.inference.predict_proba), plus the surprise when trained with it;
+* ``unlabelled`` (:class:`~seqenc.model.TVMKA`, training.engine.unlabelled): the same windows, scored by
+  the TVM's masked-LM surprise alone: the bundle's scorer has no KA line
+  (``metadata.json``: ``surprise.ka_centre`` null), so the untrained KA is never run;
+* ``joint`` (:class:`~seqenc.baselines.JointTVMKA`): the same windows, one batch of sequences at
+  a time through its end-to-end forward;
+* ``flattened`` / ``record_view`` (:class:`~seqenc.baselines.FlattenedEncoder`,
+  :class:`~seqenc.baselines.RecordViewEncoder`): the tokenised objects
+  (seqenc.baselines.ObjectSequences), cut by the model's own ``batch_inputs`` exactly as in
+  training (its limits are saved with it: ``max_positions`` in config.json, the record view's
+  ``max_object_tokens`` in architecture.json).
+
+The same code serves the demo, ``seqenc score`` (training.serving.batch_score), the MLflow pyfunc
+(training.serving.mlflow_model) and champion promotion (training.pipeline.nightly).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import polars as pl
+from torch import nn
+
+from parsers import atomic
+from seqenc.baselines import (
+    END_TO_END_MODELS,
+    MODEL_CLASSES,
+    FlattenedEncoder,
+    ObjectSequences,
+    RecordViewEncoder,
+    end_to_end_proba,
+    load_pretrained,
+)
+from seqenc.inference import model_device, predict_proba
+from seqenc.model import read_architecture
+from seqenc.sequences import collect_value_sequences, item_histories, tokenize_value_sequences, with_event_key
+from seqenc.surprise import SurpriseScorer, key_surprise
+from seqenc.table_model import TABLE_MODELS, TableExamples
+from seqenc.tokenizer import ValueTokenizer
+from training.engine.engines import training_device
+from training.engine.modes import MODES
+from training.tasks.kinds import get_kind
+from training.tasks.metrics import predict
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
+END_TO_END_BATCH = 32  # sequences per forward pass of an end-to-end model (its trainer evaluates 2 x 16)
+
+
+class Bundle(NamedTuple):
+    """A loaded bundle; unpacks as ``model, tok, meta``."""
+
+    model: nn.Module  # TVMKA, JointTVMKA, FlattenedEncoder or RecordViewEncoder, in eval mode
+    tok: ValueTokenizer
+    meta: dict
+
+
+def save_bundle(model: nn.Module, tok: ValueTokenizer, metadata: dict, directory: str | Path) -> Path:
+    """Any of the MODEL_CLASSES with its tokenizer and metadata (see the module docstring), as a
+    new version: ``<directory>.versions/<n>``, never written again, and ``directory`` a link to
+    it (parsers.atomic.write_version). Returns the version's folder."""
+    if type(model).__name__ not in MODEL_CLASSES:
+        raise TypeError(f"a bundle holds one of {sorted(MODEL_CLASSES)}, not a {type(model).__name__}")
+
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder, extra=metadata)
+        tok.save(folder / "tokenizer.json")
+
+    return atomic.write_version(directory, write)
+
+
+def load_bundle(directory: str | Path, device: str = "cpu") -> Bundle:
+    """The model of whichever class the bundle's ``architecture.json`` names (safetensors + JSON
+    only), its tokenizer and metadata. A bundle whose metadata names a training mode of another
+    architecture is refused. ``device`` is where the model goes (training.engine.engines.training_device:
+    ``auto``, ``cpu``, ``cuda``, ...); scoring batches follow it (seqenc.inference.to_model).
+    ``directory`` is resolved once (a link to a saved version, see :func:`save_bundle`), so every
+    file comes from the same version even if a newer one is saved while this loads."""
+    directory = Path(os.path.realpath(directory))
+    for name in BUNDLE_FILES:
+        if not (directory / name).is_file():
+            raise FileNotFoundError(f"{directory} is not a seqenc model bundle: {name} is missing")
+    meta = json.loads((directory / "metadata.json").read_text())
+    held, mode = read_architecture(directory)["class"], MODES.get(meta.get("mode"))  # training.engine.modes
+    names = list(mode.architectures) if mode is not None else []
+    if mode is not None and held in MODEL_CLASSES and held not in names:  # unknown: load_pretrained says
+        raise ValueError(f"{directory}: metadata.json says mode {meta['mode']!r} ({' or '.join(names)}), but "
+                         f"architecture.json names a {held}")
+    model = load_pretrained(directory).to(training_device(device))
+    model.eval()
+    log.info("loaded %s (%s, mode %s) from %s on %s", type(model).__name__, model.config.task, meta.get("mode"),
+             directory, model_device(model))
+    return Bundle(model, ValueTokenizer.from_file(directory / "tokenizer.json"), meta)
+
+
+def model_inputs(bundle: Bundle, objects: pl.DataFrame):
+    """Long-form objects -> what the bundle's model reads, as training built it: the S(k)
+    windows (seqenc.sequences.TokenizedSequences) or the tokenised objects
+    (seqenc.baselines.ObjectSequences) of every sequence."""
+    model, tok, meta = bundle
+    if meta.get("event_key"):
+        objects = with_event_key(objects)
+    if meta.get("keep_keys") is not None:  # the task's keep_keys (training.tasks.catalog), the event key kept too
+        keep = set(meta["keep_keys"]) | ({"event"} if meta.get("event_key") else set())
+        objects = objects.filter(pl.col("key").is_in(sorted(keep)))
+    exclude_keys = tuple(meta.get("exclude_keys", ()))
+    if isinstance(model, FlattenedEncoder | RecordViewEncoder):
+        return ObjectSequences.from_objects(objects, tok, exclude_keys)
+    if isinstance(model, TABLE_MODELS):  # a table task's objects, joined as training joined them
+        return TableExamples.from_objects(objects.filter(~pl.col("key").is_in(list(exclude_keys))))
+    config = model.config
+    value_seqs = collect_value_sequences(objects, exclude_keys)
+    data = tokenize_value_sequences(value_seqs, tok, config.max_positions, config.long_sequences, config.max_windows)
+    if config.item_history:  # next_item: the head reads each sequence's own items (seqenc.heads)
+        if not meta.get("item_key"):
+            raise ValueError("the model reads the item history but its metadata names no item_key: retrain it")
+        data.item_history = item_histories(value_seqs, data.sequence_ids, meta["item_key"], config.class_names)
+    return data
+
+
+def model_probabilities(bundle: Bundle, objects: pl.DataFrame, progress: bool = True) -> tuple[list[str], np.ndarray]:
+    """(sequence ids, class probabilities [n_sequences, n_classes]) of the sequences in ``objects``."""
+    model, tok, meta = bundle
+    data = model_inputs(bundle, objects)
+    if isinstance(model, END_TO_END_MODELS):  # JointTVMKA first: it is a TVMKA too
+        return list(data.sequence_ids), end_to_end_proba(model, data, tok, END_TO_END_BATCH, progress)
+    if not meta.get("surprise"):
+        return list(data.sequence_ids), predict_proba(model, data, tok.pad_id, progress=progress)
+    # trained with surprise_scoring (combine with the KA as the trainer did) or without labels
+    # (training.engine.unlabelled: a scorer with no KA line, the KA untrained and never run)
+    scorer = SurpriseScorer.from_dict(meta["surprise"])
+    stats = key_surprise(model.tvm, data, tok.mask_id, tok.val_sep_id, tok.pad_id, tok.marker_kinds,
+                         progress=progress, stride=scorer.stride)
+    probs = predict_proba(model, data, tok.pad_id, progress=progress) if scorer.uses_ka else None
+    return list(data.sequence_ids), scorer.combine(probs, stats, data)
+
+
+TOP_ITEMS = 10  # next_item: ranked items per sequence in a predictions file (recall@1/5/10)
+WINDOW_MIN = 20  # an anomaly bundle's window rule needs this many scored sequences; fewer: the trained threshold
+
+
+def window_rule(task) -> dict | None:
+    """How an ``anomaly`` task's bundle flags a scored window (a day's partition) instead of with
+    the threshold fitted at training, whose scores a new stream need not share (issue 50: a stream
+    nothing was tuned on was ranked well, ROC AUC 0.97, and flagged 0 of 2,000):
+
+    * the catalogue's ``contamination`` share, when the task gives one: the top share of the window;
+    * a ``quantile`` policy (a clean reference the user declared): None, the trained threshold;
+    * no threshold given: ``label_free``, a modified z-score above 3.5 among the window's scores
+      (training.engine.unlabelled.label_free_threshold: median and MAD, robust to the anomalies in it).
+
+    None for every other kind (their threshold is fitted on labels)."""
+    if task.kind != "anomaly":
+        return None
+    if task.threshold is None:
+        return {"rule": "label_free"}
+    policy = task.threshold.to_dict()
+    return {"rule": "contamination", "share": policy["share"]} if policy["policy"] == "contamination" else None
+
+
+def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
+    """(threshold, what set it) for one scored window of a bundle (:func:`window_rule`)."""
+    from training.engine.unlabelled import LABEL_FREE_RULE, label_free_threshold
+
+    rule, trained = meta.get("window_rule"), float(meta.get("threshold", 0.5))
+    scores = np.asarray(scores, dtype=np.float64)
+    if rule is None or len(scores) < WINDOW_MIN:
+        why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else "")
+        return trained, why
+    if rule["rule"] == "contamination":
+        return float(np.quantile(scores, 1.0 - rule["share"])), f"the top {rule['share']} of the window's scores"
+    return label_free_threshold(scores), LABEL_FREE_RULE.replace("reference", "window's")
+
+
+def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
+    """Long-form objects -> one row per sequence: sequence_id, score, prediction, then
+    prob_<class>... (binary, C-way) or top_items, top_scores (next_item).
+
+    ``model_dir`` is a bundle directory or an already loaded :class:`Bundle` (or ``model, tok,
+    meta`` triple) of any training mode. ``score`` is P(positive class) for a binary task and the
+    winning class's probability otherwise; ``prediction`` is the class name (threshold from the
+    bundle for binary tasks). For next_item a column per catalogue item would not scale (the
+    paper's catalogue has 3,212 products), so the row carries the ``TOP_ITEMS`` best items, best
+    first, and their probabilities.
+    """
+    bundle = Bundle(*model_dir) if isinstance(model_dir, tuple) else load_bundle(model_dir)
+    config, meta = bundle.model.config, bundle.meta
+    sequence_ids, probs = model_probabilities(bundle, objects, progress)
+    pred = predict(probs, config.task, meta.get("threshold", 0.5))
+    names = config.class_names or [str(i) for i in range(config.n_classes)]
+    score = probs[:, 1] if config.task == "binary" else probs.max(axis=1)
+    columns = {
+        "sequence_id": sequence_ids,
+        "score": score.astype(np.float64),
+        "prediction": [names[i] for i in pred],
+    }
+    if get_kind(config.task).ranks_items:
+        top = np.argsort(-probs, axis=1, kind="stable")[:, :TOP_ITEMS]
+        columns["top_items"] = [[names[i] for i in row] for row in top]
+        columns["top_scores"] = np.take_along_axis(probs, top, axis=1).astype(np.float64).tolist()
+        return pl.DataFrame(columns, schema_overrides={"top_items": pl.List(pl.String),
+                                                       "top_scores": pl.List(pl.Float64)})
+    for i, name in enumerate(names):
+        columns[f"prob_{name}"] = probs[:, i].astype(np.float64)
+    return pl.DataFrame(columns)

@@ -1,0 +1,1 @@
+"""What to predict and its data: the catalogue, task kinds, task data, splits, metrics, thresholds."""
