@@ -19,46 +19,27 @@ to score instead of the data interval's).
 
 from __future__ import annotations
 
-import os
-from datetime import UTC, datetime, timedelta
+from airflow.sdk import Param, dag, task
 
-from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+from training.airflow import batch_score
+from training.airflow.dag_args import scheduled, workdir_params
 
-DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
-
-
-@task
-def tasks() -> list[str]:
-    from training.airflow import batch_score
-
-    return batch_score.tasks()
-
-
-@task(map_index_template="{{ seqenc_task }}")
-def score(task_name: str) -> dict:
-    from training.airflow import batch_score
-
-    return batch_score.score(task_name)
+# each task is one function of training.airflow.batch_score
+tasks = task(batch_score.tasks)
+score = task(map_index_template="{{ seqenc_task }}")(batch_score.score)
 
 
 @dag(
     dag_id="seqenc_batch_score",
     description="score each day's sequences with the registry's champion models",
     # 03:00 UTC, after ingest (00:00) and nightly training (02:00); scores the day before
-    schedule=CronDataIntervalTimetable("0 3 * * *", timezone="UTC"),
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    **scheduled("0 3 * * *", retries=2, retry_minutes=2),
     params={
-        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory"),
-        "catalog": Param("", type="string", description="catalogue TOML (default: the Variable seqenc_catalog, "
-                                                      "else $SEQENC_CATALOG, else the built-in one)"),
+        **workdir_params("work directory"),
         "tasks": Param([], type="array", description="tasks to score (default: every catalogue task)"),
         "alias": Param("champion", type="string", description="registry alias of the model to use"),
         "date": Param("", type="string", description="YYYY-MM-DD to score instead of the data interval's day"),
     },
-    tags=["seqenc"],
     doc_md=__doc__,
 )
 def seqenc_batch_score():

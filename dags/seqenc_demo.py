@@ -12,73 +12,30 @@ Graph (mapped over the catalogue's sources and tasks: the built-in one, or the p
 
 from __future__ import annotations
 
-import os
-from datetime import UTC, datetime, timedelta
-
 from airflow.sdk import Param, dag, task
 
+from training.airflow import demo
+from training.airflow.dag_args import scheduled, workdir_params
 from training.engine.sizes import SIZES
 
-DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
-
-
-@task
-def generate() -> list[dict]:
-    from training.airflow import demo
-
-    return demo.generate()
-
-
-@task(map_index_template="{{ seqenc_item }}")
-def ingest(item: dict) -> dict:
-    from training.airflow import demo
-
-    return demo.ingest(item)
-
-
-@task
-def tasks(ingested: list[dict]) -> list[dict]:
-    from training.airflow import demo
-
-    return demo.tasks(ingested)
-
-
-@task(map_index_template="{{ seqenc_item }}")
-def sequences(item: dict) -> dict:
-    from training.airflow import demo
-
-    return demo.sequences(item)
-
-
-@task(map_index_template="{{ seqenc_item }}")
-def train(seqs: dict) -> dict:
-    from training.airflow import demo
-
-    return demo.train(seqs)
-
-
-@task(map_index_template="{{ seqenc_item }}")
-def score(trained: dict) -> dict:
-    from training.airflow import demo
-
-    return demo.score(trained)
+# each task is one stage of the main job (training.airflow.demo; mapped over sources and tasks)
+generate = task(demo.generate)
+ingest = task(map_index_template="{{ seqenc_item }}")(demo.ingest)
+tasks = task(demo.tasks)
+sequences = task(map_index_template="{{ seqenc_item }}")(demo.sequences)
+train = task(map_index_template="{{ seqenc_item }}")(demo.train)
+score = task(map_index_template="{{ seqenc_item }}")(demo.score)
 
 
 @dag(
     dag_id="seqenc_demo",
     description="seqenc main job: synthetic logs/events -> ingest -> TVM-KA train -> score",
-    schedule=None,  # manual trigger for now; nightly scheduling comes later
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,  # runs share one work directory
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=1)},
+    **scheduled(None, retries=1, retry_minutes=1),  # manual runs; one at a time (they share a work directory)
     params={
-        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory of the job"),
+        **workdir_params("work directory of the job", "catalogue TOML (default: the built-in one)"),
         "size": Param("demo", type="string", enum=list(SIZES), description="built-in data/model size"),
         "seed": Param(0, type="integer", description="random seed"),
-        "catalog": Param("", type="string", description="catalogue TOML (default: the built-in one)"),
     },
-    tags=["seqenc"],
     doc_md=__doc__,
 )
 def seqenc_demo():

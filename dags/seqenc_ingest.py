@@ -27,67 +27,31 @@ work directory when they run on several machines (Celery or Kubernetes executor)
 
 from __future__ import annotations
 
-import os
-from datetime import UTC, datetime, timedelta
+from airflow.sdk import Param, dag, task
 
-from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
+from training.airflow import ingest
+from training.airflow.dag_args import scheduled, workdir_params
 
-DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
-
-
-@task
-def find_files() -> list[dict]:
-    from training.airflow import ingest
-
-    return ingest.find_files()
-
-
-@task
-def mine_file(item: dict) -> dict:
-    from training.airflow import ingest
-
-    return ingest.mine_file(item)
-
-
-@task
-def merge_templates(items: list[dict]) -> list[dict]:
-    from training.airflow import ingest
-
-    return ingest.merge_templates(items)
-
-
-@task
-def ingest_file(item: dict) -> dict:
-    from training.airflow import ingest
-
-    return ingest.ingest_file(item)
-
-
-@task(trigger_rule="none_failed")  # also runs when the interval has no files (mapped task skipped)
-def finalize(files: list[dict], reports) -> dict:
-    from training.airflow import ingest
-
-    return ingest.finalize(files, reports)
+# each task is one function of training.airflow.ingest (mapped ones: one per file)
+find_files = task(ingest.find_files)
+mine_file = task(ingest.mine_file)
+merge_templates = task(ingest.merge_templates)
+ingest_file = task(ingest.ingest_file)
+finalize = task(trigger_rule="none_failed")(ingest.finalize)  # also when the interval has no files
 
 
 @dag(
     dag_id="seqenc_ingest",
     description="landing directory -> Drain3 / JSON flattening -> the interval's Parquet partitions",
-    # a run at midnight ingests the day that just ended: [day 00:00, next day 00:00)
-    schedule=CronDataIntervalTimetable("@daily", timezone="UTC"),
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,  # runs share the Drain3 state of each source (the merge also takes its lock)
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    # a run at midnight ingests the day that just ended: [day 00:00, next day 00:00); one run at a
+    # time: runs share the Drain3 state of each source (the merge also takes its lock)
+    **scheduled("@daily", retries=2, retry_minutes=2),
     params={
-        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory (data root: <workdir>/data)"),
+        **workdir_params("work directory (data root: <workdir>/data)"),
         "landing": Param("", type="string", description="landing directory (default $SEQENC_LANDING, "
                                                         "else <workdir>/landing)"),
         "date": Param("", type="string", description="YYYY-MM-DD to ingest instead of the data interval's days"),
-        "catalog": Param("", type="string", description="catalogue TOML (default: the Variable seqenc_catalog, "
-                                                      "else $SEQENC_CATALOG, else the built-in one)"),
     },
-    tags=["seqenc"],
     doc_md=__doc__,
 )
 def seqenc_ingest():

@@ -27,52 +27,28 @@ The MLflow store is ``$MLFLOW_TRACKING_URI``, else ``<workdir>/mlflow.db``.
 
 from __future__ import annotations
 
-import os
-from datetime import UTC, datetime, timedelta
+from airflow.sdk import Param, dag, task
 
-from airflow.sdk import CronDataIntervalTimetable, Param, dag, task
-
+from training.airflow import nightly
+from training.airflow.dag_args import scheduled, workdir_params
 from training.engine.modes import SELECTABLE
 from training.engine.sizes import SIZES
 
-DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
-
-
-@task
-def tasks() -> list[str]:
-    from training.airflow import nightly
-
-    return nightly.tasks()
-
-
-@task(map_index_template="{{ seqenc_task }}")
-def train(task_name: str) -> dict | None:
-    from training.airflow import nightly
-
-    return nightly.train(task_name)
-
-
+# each task is one function of training.airflow.nightly
+tasks = task(nightly.tasks)
+train = task(map_index_template="{{ seqenc_task }}")(nightly.train)
 # none_failed: a task skipped tonight (its source never ingested) must not skip the others' promotion
-@task(map_index_template="{{ seqenc_task }}", trigger_rule="none_failed")
-def promote(trained: dict) -> dict:
-    from training.airflow import nightly
-
-    return nightly.promote(trained)
+promote = task(map_index_template="{{ seqenc_task }}", trigger_rule="none_failed")(nightly.promote)
 
 
 @dag(
     dag_id="seqenc_nightly_training",
     description="train each task on the last W days of data; move the champion alias only on improvement",
-    # 02:00 UTC, after the day's ingest; the run trains on the window ending with the day before
-    schedule=CronDataIntervalTimetable("0 2 * * *", timezone="UTC"),
-    start_date=datetime(2025, 1, 1, tzinfo=UTC),
-    catchup=False,
-    max_active_runs=1,  # nights share the registry's champion
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=5)},
+    # 02:00 UTC, after the day's ingest; the run trains on the window ending with the day before;
+    # one night at a time: nights share the registry's champion
+    **scheduled("0 2 * * *", retries=1, retry_minutes=5),
     params={
-        "workdir": Param(DEFAULT_WORKDIR, type="string", description="work directory (data root <workdir>/data)"),
-        "catalog": Param("", type="string", description="catalogue TOML (default: the Variable seqenc_catalog, "
-                                                      "else $SEQENC_CATALOG, else the built-in one)"),
+        **workdir_params("work directory (data root <workdir>/data)"),
         "tasks": Param([], type="array", description="tasks to train tonight (default: every catalogue task)"),
         "window_days": Param(7, type="integer", minimum=1, description="days of data to train on"),
         # the registries (training.engine.modes, .sizes) import nothing: cheap at every DAG parse
@@ -86,7 +62,6 @@ def promote(trained: dict) -> dict:
         "date": Param("", type="string", description="YYYY-MM-DD: train the window ending that day instead"),
         "min_delta": Param(0.0, type="number", description="how much better than the champion a model must be"),
     },
-    tags=["seqenc"],
     doc_md=__doc__,
 )
 def seqenc_nightly_training():

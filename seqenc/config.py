@@ -22,8 +22,8 @@ KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
 KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
 # the buckets of a classifier's hashed bag of values (TVMKAConfig.value_counts, seqenc.heads)
 VALUE_COUNT_BUCKETS = 1 << 16
-# fields whose class default changed after models were saved without them: such a saved config
-# loads with the value it was trained with (TVMKAConfig.from_dict)
+# TableConfig's fields whose class default changed after models were saved without them: such a
+# saved config loads with the value it was trained with (TVMKAConfig.from_dict)
 LEGACY_FIELDS = {"table_match": False, "table_numeric": False, "tableformer_bias_scale": 1.0,
                  "table_attention": "dense", "table_row_match": False}
 
@@ -137,62 +137,9 @@ class TVMKAConfig:
     # paper's head reads the KA's embedding only). Needs val_sep_token_id.
     value_counts: int = 0
 
-    # --- table-text encoders (seqenc.table_model, training mode "table") ----------------------
-    # how attention sees a table (seqenc.structure): "dense" (all pairs; row and column
-    # embeddings, TAPAS-style), "mate_mask" / "mate" (MATE's row and column heads: the reference
-    # mask / the efficient bucketed attention), "tableformer" (13 relation biases per head, no
-    # row or column embeddings: invariant to row and column order). Default tableformer, chosen on
-    # dev (docs/tables.md, 2026-11-28): the best dev accuracy on 4-row lookups over TabFact's tables
-    # (0.951; mate 0.941, dense 0.895, mafid 0.865) and the one scratch encoder that learned the
-    # tiny lookup on every seed (6 of 6; dense 3 of 6). A config saved without the field loads as
-    # "dense", the default before (LEGACY_FIELDS)
-    table_attention: str = "tableformer"
-    max_rows: int = 256  # data rows kept (and row embeddings); seqenc.table_inputs
-    max_columns: int = 64
-    max_cell_tokens: int = 16
-    max_text_tokens: int = 64
-    mate_row_heads: int | None = None  # MATE's row heads (the first ones); None: half the heads
-    mate_global: int = 66  # the efficient MATE's global section G: [CLS] + 64 text tokens + [SEP]
-    mate_radius: int = 64  # its bucket size R: exact while a row / column has at most R tokens
-    max_table_tokens: int = 512  # the whole text + table sequence (positions are per cell: max_positions)
-    # TableFormer past this many tokens: attention a block of this many queries at a time, the
-    # relation bias built per block and recomputed in the backward pass (no [h, L, L] tensor); 0: never
-    tableformer_block: int = 1024
-    # TableFormer's relation scalars are this times their parameter (seqenc.structure.TableFormerBias:
-    # Adam's pace per update is the learning rate, so a bias of 1 took ~1,000 updates at scale 1);
-    # a config saved before the field loads with 1 (LEGACY_FIELDS)
-    tableformer_bias_scale: float = 30.0
-    # table_attention "mafid" (seqenc.mafid): the EMA across rows ("lowdim", "full" or "none"), its
-    # reduction K (d_model / K channels) and the tanh gates (False: the ablation without gates)
-    mafid_ema: str = "lowdim"
+    # the EMA's reduction K (d_model / K channels): ka_mixer "ema" and MAFiD's EMA across rows
+    # (TableConfig) both read it
     mafid_reduction: int = 4
-    mafid_gate: bool = True
-    # new layers on top of a table encoder's n_layers (a pre-trained one: --pretrained), with the
-    # same table attention; table_init "dt_fixup" (seqenc.fixup, as ka_init): those layers without
-    # LayerNorm, Xavier-initialised, scaled once their input norm mu is measured; no warm-up
-    table_new_layers: int = 0
-    table_init: str = "default"
-    # exact-match features (seqenc.table_inputs: a token's word found on the other side, or its
-    # whole cell named by the text) as one more embedding of the table encoders' inputs. On: the
-    # default (docs/tables.md); a config saved before the field existed loads with it off
-    # (LEGACY_FIELDS), so its weights still fit
-    table_match: bool = True
-    # with table_match: a cell's match id also says how many cells of its row the text names whole
-    # (seqenc.table_inputs, row_match). On: chosen on dev (docs/tables.md: the tiny lookup learned
-    # on 6 of 6 seeds by dense, against 3 of 6; lookup4 left the chance plateau at the bench's
-    # budget); off for a config saved before the field (LEGACY_FIELDS)
-    table_row_match: bool = True
-    # numeric features (seqenc.table_numbers, TAPAS's): a cell's rank and inverse rank in its column
-    # and its number's relation to the text's numbers, three more embeddings; on by default, off
-    # for a config saved before the field (LEGACY_FIELDS)
-    table_numeric: bool = True
-    # a second head on a table encoder's pooled output, two logits for the lookup statements of
-    # intermediate pre-training (training.engine.table_pretrain); the pipeline sets it when that runs
-    table_lookup_head: bool = False
-    # wide and deep for table encoders (as value_counts for sequences): the classifier's logits
-    # also read seqenc.table_inputs.overlap_features (word overlap of the text with the best rows,
-    # the table and the header) through a linear layer, zero at init. Off: the pure encoder
-    table_wide: bool = False
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -223,8 +170,6 @@ class TVMKAConfig:
             raise ValueError("tvm_positions='within_value' needs val_sep_token_id (the tokenizer's [VAL_SEP] id)")
         if self.long_sequences not in ("window", "truncate"):
             raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
-        if self.table_attention not in TABLE_ATTENTIONS:
-            raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
         if self.ka_layers is not None and self.ka_layers < 1:
             raise ValueError(f"ka_layers={self.ka_layers} must be >= 1 (or None: n_layers)")
         if self.ka_mixer not in KA_MIXERS:
@@ -233,17 +178,6 @@ class TVMKAConfig:
             raise ValueError("ka_init='dt_fixup' scales attention layers; ka_mixer='ema' has none")
         if self.ka_init not in KA_INITS:
             raise ValueError(f"ka_init={self.ka_init!r} is not one of {KA_INITS}")
-        if self.table_init not in KA_INITS:
-            raise ValueError(f"table_init={self.table_init!r} is not one of {KA_INITS}")
-        if self.table_new_layers < 0:
-            raise ValueError(f"table_new_layers={self.table_new_layers} must be >= 0")
-        if self.table_new_layers and self.table_attention == "mafid":
-            raise ValueError("table_new_layers is for the dense, mate and tableformer encoders; MAFiD adds its own "
-                             "layers (their gates start closed)")
-        if self.table_init == "dt_fixup" and self.table_new_layers == 0:
-            raise ValueError("table_init='dt_fixup' scales the table_new_layers: set table_new_layers >= 1")
-        if self.mate_row_heads is not None and not 0 <= self.mate_row_heads <= self.n_heads:
-            raise ValueError(f"mate_row_heads={self.mate_row_heads} must lie in [0, {self.n_heads}]")
 
     @property
     def init_std(self) -> float:
@@ -269,10 +203,17 @@ class TVMKAConfig:
     @classmethod
     def from_dict(cls, data: dict) -> TVMKAConfig:
         known = {f.name for f in dataclasses.fields(cls)}
+        if cls is TVMKAConfig:  # saved before TableConfig: every config carried the (unused) table fields
+            data = {k: v for k, v in data.items() if k not in TABLE_FIELDS}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown config fields: {unknown}")
-        return cls(**{**LEGACY_FIELDS, **data})
+        return cls(**{**cls.legacy_fields(), **data})
+
+    @classmethod
+    def legacy_fields(cls) -> dict:
+        """Fields whose default changed after models were saved without them (:data:`LEGACY_FIELDS`)."""
+        return {}
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True))
@@ -280,6 +221,96 @@ class TVMKAConfig:
     @classmethod
     def load(cls, path: str | Path) -> TVMKAConfig:
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+@dataclass
+class TableConfig(TVMKAConfig):
+    """The table-text encoders' config (seqenc.table_model, seqenc.mafid; training mode ``table``),
+    as each model family has its own config class in transformers: the encoder fields it shares
+    with TVMKAConfig (width, depth, heads, vocabulary, head) plus the table's own below. Saved as
+    one flat ``config.json``; a table model's bundle loads it back into this class
+    (``config_class`` of the model, seqenc.model.SaveLoadMixin)."""
+
+    # how attention sees a table (seqenc.structure): "dense" (all pairs; row and column
+    # embeddings, TAPAS-style), "mate_mask" / "mate" (MATE's row and column heads: the reference
+    # mask / the efficient bucketed attention), "tableformer" (13 relation biases per head, no
+    # row or column embeddings: invariant to row and column order). Default tableformer, chosen on
+    # dev (docs/tables.md, 2026-11-28): the best dev accuracy on 4-row lookups over TabFact's tables
+    # (0.951; mate 0.941, dense 0.895, mafid 0.865) and the one scratch encoder that learned the
+    # tiny lookup on every seed (6 of 6; dense 3 of 6). A config saved without the field loads as
+    # "dense", the default before (LEGACY_FIELDS)
+    table_attention: str = "tableformer"
+    max_rows: int = 256  # data rows kept (and row embeddings); seqenc.table_inputs
+    max_columns: int = 64
+    max_cell_tokens: int = 16
+    max_text_tokens: int = 64
+    mate_row_heads: int | None = None  # MATE's row heads (the first ones); None: half the heads
+    mate_global: int = 66  # the efficient MATE's global section G: [CLS] + 64 text tokens + [SEP]
+    mate_radius: int = 64  # its bucket size R: exact while a row / column has at most R tokens
+    max_table_tokens: int = 512  # the whole text + table sequence (positions are per cell: max_positions)
+    # TableFormer past this many tokens: attention a block of this many queries at a time, the
+    # relation bias built per block and recomputed in the backward pass (no [h, L, L] tensor); 0: never
+    tableformer_block: int = 1024
+    # TableFormer's relation scalars are this times their parameter (seqenc.structure.TableFormerBias:
+    # Adam's pace per update is the learning rate, so a bias of 1 took ~1,000 updates at scale 1);
+    # a config saved before the field loads with 1 (LEGACY_FIELDS)
+    tableformer_bias_scale: float = 30.0
+    # table_attention "mafid" (seqenc.mafid): the EMA across rows ("lowdim", "full" or "none"), its
+    # reduction K (d_model / K channels) and the tanh gates (False: the ablation without gates)
+    mafid_ema: str = "lowdim"
+    mafid_gate: bool = True
+    # new layers on top of a table encoder's n_layers (a pre-trained one: --pretrained), with the
+    # same table attention; table_init "dt_fixup" (seqenc.fixup, as ka_init): those layers without
+    # LayerNorm, Xavier-initialised, scaled once their input norm mu is measured; no warm-up
+    table_new_layers: int = 0
+    table_init: str = "default"
+    # exact-match features (seqenc.table_inputs: a token's word found on the other side, or its
+    # whole cell named by the text) as one more embedding of the table encoders' inputs. On: the
+    # default (docs/tables.md); a config saved before the field existed loads with it off
+    # (LEGACY_FIELDS), so its weights still fit
+    table_match: bool = True
+    # with table_match: a cell's match id also says how many cells of its row the text names whole
+    # (seqenc.table_inputs, row_match). On: chosen on dev (docs/tables.md: the tiny lookup learned
+    # on 6 of 6 seeds by dense, against 3 of 6; lookup4 left the chance plateau at the bench's
+    # budget); off for a config saved before the field (LEGACY_FIELDS)
+    table_row_match: bool = True
+    # numeric features (seqenc.table_numbers, TAPAS's): a cell's rank and inverse rank in its column
+    # and its number's relation to the text's numbers, three more embeddings; on by default, off
+    # for a config saved before the field (LEGACY_FIELDS)
+    table_numeric: bool = True
+    # a second head on a table encoder's pooled output, two logits for the lookup statements of
+    # intermediate pre-training (training.engine.table_pretrain); the pipeline sets it when that runs
+    table_lookup_head: bool = False
+    # wide and deep for table encoders (as value_counts for sequences): the classifier's logits
+    # also read seqenc.table_inputs.overlap_features (word overlap of the text with the best rows,
+    # the table and the header) through a linear layer, zero at init. Off: the pure encoder
+    table_wide: bool = False
+
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.table_attention not in TABLE_ATTENTIONS:
+            raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
+        if self.table_init not in KA_INITS:
+            raise ValueError(f"table_init={self.table_init!r} is not one of {KA_INITS}")
+        if self.table_new_layers < 0:
+            raise ValueError(f"table_new_layers={self.table_new_layers} must be >= 0")
+        if self.table_new_layers and self.table_attention == "mafid":
+            raise ValueError("table_new_layers is for the dense, mate and tableformer encoders; MAFiD adds its own "
+                             "layers (their gates start closed)")
+        if self.table_init == "dt_fixup" and self.table_new_layers == 0:
+            raise ValueError("table_init='dt_fixup' scales the table_new_layers: set table_new_layers >= 1")
+        if self.mate_row_heads is not None and not 0 <= self.mate_row_heads <= self.n_heads:
+            raise ValueError(f"mate_row_heads={self.mate_row_heads} must lie in [0, {self.n_heads}]")
+
+    @classmethod
+    def legacy_fields(cls) -> dict:
+        return dict(LEGACY_FIELDS)
+
+
+# the fields only a table encoder reads
+TABLE_FIELDS = frozenset(f.name for f in dataclasses.fields(TableConfig)) - \
+    frozenset(f.name for f in dataclasses.fields(TVMKAConfig))
 
 
 def plain_config(config: TVMKAConfig) -> TVMKAConfig:

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from seqenc.attention import SelfAttention, additive_mask
-from seqenc.config import TVMKAConfig, plain_config
+from seqenc.config import TableConfig, plain_config
 from seqenc.ema import LowDimEMA
 from seqenc.heads import WideHead, make_head
 from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
@@ -56,7 +56,7 @@ class CrossAttention(SelfAttention):
     """Queries x [B, Lq, d] over context [B, Lc, d] (mask [B, Lc] bool) -> [B, Lq, d]: the
     self-attention layer's private heads with keys and values from the context."""
 
-    def __init__(self, config: TVMKAConfig):
+    def __init__(self, config: TableConfig):
         super().__init__(config, None, 0.0)
 
     def forward(self, x: torch.Tensor, context: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -66,7 +66,7 @@ class CrossAttention(SelfAttention):
 class GatedCrossAttention(nn.Module):
     """x + tanh(gate) * CrossAttention(x, context); the gate [d_model] starts at 0 (closed)."""
 
-    def __init__(self, config: TVMKAConfig, gated: bool = True):
+    def __init__(self, config: TableConfig, gated: bool = True):
         super().__init__()
         self.attn = CrossAttention(config)
         self.gate = nn.Parameter(torch.zeros(config.d_model)) if gated else None
@@ -76,7 +76,7 @@ class GatedCrossAttention(nn.Module):
         return x + (torch.tanh(self.gate) * update if self.gate is not None else update)
 
 
-def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], config: TVMKAConfig):
+def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[list[str]], config: TableConfig):
     """One example -> its row blocks (step 1 of the module docstring): a list over rows of
     (input_ids, token_type_ids, match_ids, numeric_ids); at least one block (a table without rows:
     the header's). match_ids and numeric_ids are seqenc.table_inputs' features of the same tokens."""
@@ -100,8 +100,12 @@ def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[lis
 class MafidTableEncoder(SaveLoadMixin, nn.Module):
     """Text + table as per-row blocks -> MAFiD's encoding, reasoning and gated fusion -> task head."""
 
-    def __init__(self, config: TVMKAConfig):
+    config_class = TableConfig
+
+    def __init__(self, config: TableConfig):
         super().__init__()
+        if not isinstance(config, TableConfig):
+            raise TypeError(f"a table encoder takes a TableConfig (seqenc.config), not a {type(config).__name__}")
         self.config = config = plain_config(config)
         if config.mafid_ema not in MAFID_EMAS:
             raise ValueError(f"mafid_ema={config.mafid_ema!r} is not one of {MAFID_EMAS}")

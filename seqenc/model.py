@@ -344,11 +344,12 @@ def read_architecture(directory: str | Path) -> dict:
 
 class SaveLoadMixin:
     """Hugging Face style persistence for every model of the package: a directory with
-    ``config.json`` (the TVMKAConfig), ``model.safetensors``, ``architecture.json`` (class name
+    ``config.json`` (the model's config: ``config_class``), ``model.safetensors``, ``architecture.json`` (class name
     and constructor options, checked on load) and optional ``metadata.json``. Nothing pickled.
     Subclasses take ``(config, **init_options())`` in their constructor."""
 
     config: TVMKAConfig
+    config_class: type[TVMKAConfig] = TVMKAConfig  # the family's config class (the table encoders': TableConfig)
 
     def init_options(self) -> dict:
         return {}
@@ -375,7 +376,7 @@ class SaveLoadMixin:
             if arch["class"] != cls.__name__:
                 raise ValueError(f"{directory} holds a {arch['class']}, not a {cls.__name__}")
             options = arch["options"]
-        model = cls(TVMKAConfig.load(directory / "config.json"), **options)
+        model = cls(cls.config_class.load(directory / "config.json"), **options)
         missing, unexpected = load_model(model, str(directory / "model.safetensors"), device=map_location)
         if missing or unexpected:
             raise ValueError(f"checkpoint mismatch: missing={missing}, unexpected={unexpected}")

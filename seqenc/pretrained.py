@@ -55,8 +55,10 @@ log = logging.getLogger(__name__)
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 
 
-def config_from_bert(name_or_path: str | Path, **overrides) -> TVMKAConfig:
-    """A TVMKAConfig with the checkpoint's architecture; ``overrides`` set the rest.
+def config_from_bert(name_or_path: str | Path, config_class: type[TVMKAConfig] = TVMKAConfig,
+                     **overrides) -> TVMKAConfig:
+    """A ``config_class`` (TVMKAConfig, or TableConfig for a table encoder) with the checkpoint's
+    architecture; ``overrides`` set the rest.
 
     ``n_shared_heads`` defaults to a third of the heads (4 of BERT-base's or MiniLM's 12: the
     paper's Fig. 4 finds 4 and 6 best). ``vocab_size`` should be the tokenizer's (BERT's plus
@@ -76,7 +78,7 @@ def config_from_bert(name_or_path: str | Path, **overrides) -> TVMKAConfig:
         dropout=bert.get("hidden_dropout_prob", 0.1), attn_dropout=bert.get("attention_probs_dropout_prob", 0.1),
         layer_norm_eps=bert.get("layer_norm_eps", 1e-12), initializer_range=bert.get("initializer_range", 0.02),
     )
-    return TVMKAConfig(**(fields | overrides))
+    return config_class(**(fields | overrides))
 
 
 def read_bert_state(name_or_path: str | Path) -> dict[str, torch.Tensor]:
@@ -220,8 +222,10 @@ def load_bert_table_encoder(model, name_or_path: str | Path = "minilm") -> None:
 
 
 def tvmka_from_bert(name_or_path: str | Path = "minilm", vocab_size: int | None = None, into_ka: bool = True,
-                    **overrides) -> TVMKA:
-    """Build a TVM-KA with the checkpoint's architecture and weights (the pre-trained option)."""
+                    config_class: type[TVMKAConfig] = TVMKAConfig, **overrides) -> TVMKA:
+    """Build a TVM-KA with the checkpoint's architecture and weights (the pre-trained option);
+    ``config_class`` TableConfig carries a table encoder's fields to the mode that builds it."""
     if vocab_size is not None:
         overrides["vocab_size"] = vocab_size
-    return load_bert_weights(TVMKA(config_from_bert(name_or_path, **overrides)), name_or_path, into_ka=into_ka)
+    config = config_from_bert(name_or_path, config_class, **overrides)
+    return load_bert_weights(TVMKA(config), name_or_path, into_ka=into_ka)

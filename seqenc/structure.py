@@ -310,7 +310,7 @@ class TableFormerBias(nn.Module):
     """One learnable scalar per head and relation, zero at init: relations [B, L, L] (and the
     key padding) -> additive bias [B, h, L, L].
 
-    The scalar is ``scale * w`` with ``w`` the parameter (``scale``: TVMKAConfig.tableformer_bias_scale).
+    The scalar is ``scale * w`` with ``w`` the parameter (``scale``: TableConfig.tableformer_bias_scale).
     Why: Adam moves a parameter by about the learning rate per update whatever its gradient's
     size, so at 1e-3 a bias needs ~1,000 updates to reach 1 -- too slow to matter in a short
     run, where the "same row" bias is what a TableFormer has instead of row embeddings (on the

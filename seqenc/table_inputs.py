@@ -25,7 +25,7 @@ the header row first; every cell's tokens in a row. Per token, computed here and
   the statement names -- token identity across the text and the table, which a small encoder
   trained from scratch on a few thousand statements did not learn (docs/tables.md) -- and then
   to relate them by row. Given the first, the encoders only have to learn the second.
-  With ``row_match`` (``TVMKAConfig.table_row_match``) a cell token's id also says how many of
+  With ``row_match`` (``TableConfig.table_row_match``) a cell token's id also says how many of
   its row's cells the text names whole -- 0, 1, 2 or 3 and more (``ROW_MATCH_BUCKETS``):
   ``match + MATCH_TYPES * bucket``, so the vocabulary grows to ``MATCH_TYPES * ROW_MATCH_BUCKETS``
   and the ids of the text and the header stay as they were. Why: "the statement names two
@@ -254,7 +254,7 @@ def overlap_features(text: str, rows: list[set[str]]) -> list[float]:
     text's distinct words found in the best and the second-best data row, in the whole table and
     in the header, and log(1 + the word count). None depends on the order of rows or columns.
     ``seqenc bench tables``' ``overlap_lr`` baseline reads them, and so does a table encoder's
-    wide head (``TVMKAConfig.table_wide``)."""
+    wide head (``TableConfig.table_wide``)."""
     words = set(WORD.findall(text.lower()))
     n = max(len(words), 1)
     header, body = (rows[0], rows[1:]) if rows else (set(), [])
@@ -264,6 +264,6 @@ def overlap_features(text: str, rows: list[set[str]]) -> list[float]:
 
 def overlap_batch(examples: list[tuple[str, list[str], list[list[str]]]]) -> torch.Tensor:
     """[B, N_OVERLAP] float: :func:`overlap_features` of each (text, header, rows): a table
-    encoder's wide input (``TVMKAConfig.table_wide``)."""
+    encoder's wide input (``TableConfig.table_wide``)."""
     return torch.tensor([overlap_features(text, table_words(header, rows)) for text, header, rows in examples],
                         dtype=torch.float32).view(len(examples), N_OVERLAP)

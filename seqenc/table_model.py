@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from seqenc.attention import additive_mask
-from seqenc.config import TVMKAConfig, plain_config
+from seqenc.config import TableConfig, plain_config
 from seqenc.fixup import xavier_init
 from seqenc.heads import WideHead, make_head
 from seqenc.mafid import MafidTableEncoder
@@ -61,7 +61,7 @@ class TableEmbeddings(nn.Module):
     match, with ``table_match``) (+ numeric, with ``table_numeric``; seqenc.table_inputs), then
     LayerNorm and dropout."""
 
-    def __init__(self, config: TVMKAConfig):
+    def __init__(self, config: TableConfig):
         super().__init__()
         self.word = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_positions, config.d_model)
@@ -112,8 +112,11 @@ class TableExamples:
 class TableTextEncoder(SaveLoadMixin, nn.Module):
     """Text + table -> [CLS] -> task head; the table's structure as ``config.table_attention`` says."""
 
-    def __init__(self, config: TVMKAConfig):
+    config_class = TableConfig
+
+    def __init__(self, config: TableConfig):
         super().__init__()
+        check_table_config(config)
         self.config = config = plain_config(config)
         if config.table_attention == "mafid":
             raise ValueError("table_attention='mafid' is seqenc.mafid.MafidTableEncoder: build it with table_encoder()")
@@ -209,8 +212,15 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
 TABLE_MODELS = (TableTextEncoder, MafidTableEncoder)  # training mode "table"
 
 
-def table_encoder(config: TVMKAConfig) -> TableTextEncoder | MafidTableEncoder:
+def check_table_config(config) -> None:
+    """A table encoder is built from a TableConfig (seqenc.config), not a TVMKAConfig."""
+    if not isinstance(config, TableConfig):
+        raise TypeError(f"a table encoder takes a TableConfig (seqenc.config), not a {type(config).__name__}")
+
+
+def table_encoder(config: TableConfig) -> TableTextEncoder | MafidTableEncoder:
     """The table model ``config.table_attention`` names: MAFiD's own model, else the encoder here."""
+    check_table_config(config)
     return MafidTableEncoder(config) if config.table_attention == "mafid" else TableTextEncoder(config)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from test_table_model import WORDS, random_table
 
-from seqenc.config import TVMKAConfig
+from seqenc.config import TableConfig
 from seqenc.ema import DampedEMA, LowDimEMA
 from seqenc.mafid import GatedCrossAttention, MafidTableEncoder, row_blocks
 from seqenc.model import read_architecture
@@ -79,7 +79,7 @@ def test_low_dim_ema_shapes_and_linear_cost():
 
 def test_a_closed_gate_passes_its_input_unchanged():
     torch.manual_seed(0)
-    config = TVMKAConfig(d_model=32, n_heads=4, n_shared_heads=0, dropout=0.0, attn_dropout=0.0)
+    config = TableConfig(d_model=32, n_heads=4, n_shared_heads=0, dropout=0.0, attn_dropout=0.0)
     layer = GatedCrossAttention(config)
     x, context = torch.randn(3, 2, 32), torch.randn(3, 9, 32)
     mask = torch.ones(3, 9, dtype=torch.bool)
@@ -95,7 +95,7 @@ def test_a_closed_gate_passes_its_input_unchanged():
 
 def mafid(tok, **extra) -> MafidTableEncoder:
     torch.manual_seed(0)
-    config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=0, d_ff=64,
+    config = TableConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=0, d_ff=64,
                          dropout=0.0, attn_dropout=0.0, max_positions=64, table_attention="mafid", n_classes=2,
                          mafid_reduction=4, **extra)
     model = table_encoder(config).eval()
@@ -136,7 +136,7 @@ def test_mafid_ignores_padding_rows_and_round_trips(tok, tmp_path):
 @pytest.mark.parametrize("ablation", [{"mafid_ema": "none"}, {"mafid_ema": "full"}, {"mafid_gate": False}])
 def test_mafid_ablations_build_and_run(tok, ablation):
     torch.manual_seed(0)
-    config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=0, d_ff=64,
+    config = TableConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=1, n_heads=4, n_shared_heads=0, d_ff=64,
                          dropout=0.0, attn_dropout=0.0, max_positions=64, table_attention="mafid", n_classes=2,
                          **ablation)
     model = table_encoder(config)
@@ -154,7 +154,7 @@ def test_an_ema_ka_reads_long_key_sets_in_linear_memory_and_ignores_padding(tmp_
     from seqenc.model import TVMKA
 
     torch.manual_seed(0)
-    config = TVMKAConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2, d_ff=64, dropout=0.0,
+    config = TableConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=4, n_shared_heads=2, d_ff=64, dropout=0.0,
                          attn_dropout=0.0, max_positions=16, ka_mixer="ema", ka_layers=2)
     model = TVMKA(config).eval()
     ka = model.ka
@@ -171,4 +171,4 @@ def test_an_ema_ka_reads_long_key_sets_in_linear_memory_and_ignores_padding(tmp_
     again = TVMKA.from_pretrained(tmp_path / "m").eval()
     assert torch.allclose(again.ka(kr, mask), out, atol=1e-6)
     with pytest.raises(ValueError, match="ka_mixer"):
-        TVMKAConfig(ka_mixer="mamba")
+        TableConfig(ka_mixer="mamba")

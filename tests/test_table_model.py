@@ -6,7 +6,7 @@ import random
 import pytest
 import torch
 
-from seqenc.config import TVMKAConfig
+from seqenc.config import TableConfig
 from seqenc.structure import CELL, HEADER, TEXT
 from seqenc.table_inputs import encode_table_text
 from seqenc.table_model import TableExamples, TableTextEncoder
@@ -37,7 +37,7 @@ def shuffled(table, rng: random.Random):
 
 def model(kind: str, tok, **extra) -> TableTextEncoder:
     torch.manual_seed(0)
-    config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, n_shared_heads=0, d_ff=64,
+    config = TableConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=4, n_shared_heads=0, d_ff=64,
                          dropout=0.0, attn_dropout=0.0, max_positions=80, table_attention=kind, n_classes=2,
                          **extra)
     m = TableTextEncoder(config).eval()
@@ -84,7 +84,7 @@ def test_exact_match_features_mark_what_the_text_names(tok):
     # the same features reach MAFiD's row blocks, token for token
     from seqenc.mafid import row_blocks
 
-    config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=False)  # plain ids here
+    config = TableConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=False)  # plain ids here
     ids, _, match, _ = row_blocks(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"]], config)[0]
     assert [m for i, m in zip(ids, match) if tok.decode([i]).strip() == "w5"] == [CELL_MATCH, CELL_MATCH]
 
@@ -119,7 +119,7 @@ def test_row_match_ids_count_the_cells_a_row_has_named(tok):
     text_and_header = [m for m, s in zip(plain.match_ids, plain.segment) if s != CELL]
     assert text_and_header == [m for m, s in zip(true.match_ids, true.segment) if s != CELL]
     # MAFiD's row blocks carry the same ids
-    config = TVMKAConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=True)
+    config = TableConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=True)
     _, _, match, _ = row_blocks(tok, "w1 w2", header, rows, config)[0]
     assert CELL_MATCH + 2 * MATCH_TYPES in match
 
@@ -129,13 +129,30 @@ def test_configs_saved_before_a_field_load_as_they_were_trained():
     trained before they existed or changed default) loads with the values it was trained with, so
     its weights still fit."""
     gone = ("table_match", "tableformer_bias_scale", "table_attention", "table_row_match")
-    old = {k: v for k, v in TVMKAConfig().to_dict().items() if k not in gone}
-    loaded = TVMKAConfig.from_dict(old)
+    old = {k: v for k, v in TableConfig().to_dict().items() if k not in gone}
+    loaded = TableConfig.from_dict(old)
     assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0 and loaded.table_attention == "dense"
     assert loaded.table_row_match is False
-    assert (TVMKAConfig().table_match, TVMKAConfig().table_attention) == (True, "tableformer")
-    assert TVMKAConfig().table_row_match is True
-    assert TVMKAConfig.from_dict(TVMKAConfig().to_dict()) == TVMKAConfig()
+    assert (TableConfig().table_match, TableConfig().table_attention) == (True, "tableformer")
+    assert TableConfig().table_row_match is True
+    assert TableConfig.from_dict(TableConfig().to_dict()) == TableConfig()
+
+
+def test_table_fields_live_in_the_table_config_alone():
+    """The table encoders have their own config class (as each model family in transformers): a
+    TVM-KA config holds none of its fields, refuses them, and a config saved before the split
+    (every field in one file) loads into either class; a table encoder refuses a TVMKAConfig."""
+    from seqenc.config import TABLE_FIELDS, TVMKAConfig
+    from seqenc.table_model import table_encoder
+
+    assert not TABLE_FIELDS & set(TVMKAConfig().to_dict()) and len(TABLE_FIELDS) >= 15
+    with pytest.raises(TypeError):
+        TVMKAConfig(table_attention="mate")
+    saved_before = TableConfig().to_dict()  # what every config.json held before the split
+    assert TVMKAConfig.from_dict(saved_before) == TVMKAConfig()
+    assert TableConfig.from_dict(saved_before) == TableConfig()
+    with pytest.raises(TypeError, match="takes a TableConfig"):
+        table_encoder(TVMKAConfig())
 
 
 def test_tableformer_scalars_move_at_their_scale(tok):
@@ -199,7 +216,7 @@ def test_table_encoders_start_from_minilm(kind):
     from seqenc.pretrained import config_from_bert, load_bert_table_encoder, minilm_dir
     from seqenc.table_model import table_encoder
 
-    config = config_from_bert("minilm", dropout=0.0, attn_dropout=0.0, max_positions=80, table_attention=kind,
+    config = config_from_bert("minilm", TableConfig, dropout=0.0, attn_dropout=0.0, max_positions=80, table_attention=kind,
                               n_classes=2, n_shared_heads=0)
     model = table_encoder(config).eval()
     load_bert_table_encoder(model, "minilm")
@@ -278,6 +295,6 @@ def test_dt_fixup_new_layers_on_a_table_encoder(tok, kind):
     assert torch.allclose(m.new_layers[0].ffn_out.weight, before["new_layers.0.ffn_out.weight"] * factor)
     assert m(*batches[0]).shape == (3, 2)
     with pytest.raises(ValueError, match="table_new_layers"):
-        TVMKAConfig(table_init="dt_fixup")
+        TableConfig(table_init="dt_fixup")
     with pytest.raises(ValueError, match="table_new_layers"):
-        TVMKAConfig(table_attention="mafid", table_new_layers=2)
+        TableConfig(table_attention="mafid", table_new_layers=2)

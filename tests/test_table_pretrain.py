@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from seqenc.config import TVMKAConfig
+from seqenc.config import TableConfig
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.end_to_end import EndToEndTrainer, TableInputs
@@ -63,7 +63,7 @@ def test_the_plan_starts_with_lookup_pre_training_in_table_mode_only():
 
 def _trainer(workdir, examples, y, splits, cfg, tok, seed, **kwargs):
     torch.manual_seed(seed)
-    config = TVMKAConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, n_shared_heads=0, d_ff=32,
+    config = TableConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, n_shared_heads=0, d_ff=32,
                          max_positions=80, table_attention="mate", table_lookup_head=True, dropout=0.0,
                          attn_dropout=0.0, task="multiclass")
     model = table_encoder(config)

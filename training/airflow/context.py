@@ -5,8 +5,9 @@ for what the run says -- the work directory, the catalogue, the days of the data
 and hands it to one function of the package. One place, so the four DAGs read a param the same
 way. Paths a param names must lie inside the work root (training.airflow.workroot).
 
-Airflow imports a DAG file at every parse, so the DAG files import this module inside their task
-functions, never at the top.
+Airflow imports a DAG file at every parse, and a DAG file imports its module of training.airflow
+(and through it this one) at the top: these modules import the package's heavy parts (torch,
+polars, the catalogue) inside their functions, so parsing stays cheap (tests/test_ops_dags.py).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ from __future__ import annotations
 import json
 import os
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from airflow.sdk import Variable, get_current_context
 
 from training.airflow.workroot import confine
-from training.tasks.catalog import Catalog, load_catalog
-from training.tasks.spec import TaskSpec, resolve_task
+
+if TYPE_CHECKING:
+    from training.tasks.catalog import Catalog
+    from training.tasks.spec import TaskSpec
 
 CATALOG_VARIABLE = "seqenc_catalog"
 CONFIG_VARIABLE = "seqenc_training_config"
@@ -55,6 +59,8 @@ def catalog(variable: bool = True) -> Catalog:
     """The run's catalogue, loaded: the param ``catalog`` (a file inside the work root), else
     (``variable``) the Airflow Variable ``seqenc_catalog`` (a path or the TOML text), else
     ``$SEQENC_CATALOG``, else the built-in one (training.tasks.catalog.load_catalog)."""
+    from training.tasks.catalog import load_catalog
+
     given = params().get("catalog")
     if given:
         return load_catalog(confine(given, "catalog"))
@@ -63,6 +69,8 @@ def catalog(variable: bool = True) -> Catalog:
 
 def task(name: str, variable: bool = True) -> TaskSpec:
     """The task ``name`` of the run's catalogue (:func:`catalog`), resolved once for the stages below."""
+    from training.tasks.spec import resolve_task
+
     return resolve_task(catalog(variable), name)
 
 

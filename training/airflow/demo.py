@@ -3,13 +3,13 @@ train[task] -> score[task], each one stage of training.pipeline.stages.
 
 The demo reads its catalogue from the param ``catalog`` or ``$SEQENC_CATALOG`` / the built-in one
 (not the Airflow Variable the scheduled DAGs read). Tasks hand each other only the small dicts
-the stages return.
+the stages return. Heavy imports happen inside the functions: the DAG file imports this module
+at every parse.
 """
 
 from __future__ import annotations
 
 from training.airflow import context
-from training.pipeline import stages
 
 
 def _size_seed() -> tuple[str, int]:
@@ -18,12 +18,16 @@ def _size_seed() -> tuple[str, int]:
 
 
 def generate() -> list[dict]:
+    from training.pipeline import stages
+
     size, seed = _size_seed()
     generated = stages.stage_generate(context.workdir(), size, seed, context.catalog(variable=False))
     return [{"source": name, **files} for name, files in generated.items()]
 
 
 def ingest(item: dict) -> dict:
+    from training.pipeline import stages
+
     context.name_map_index("seqenc_item", item["source"])
     return stages.stage_ingest(context.workdir(), item["source"], item["path"], item["labels"],
                                ingest_date=context.logical_day(), catalog=context.catalog(variable=False))
@@ -37,6 +41,8 @@ def tasks(ingested: list[dict]) -> list[dict]:
 
 
 def sequences(item: dict) -> dict:
+    from training.pipeline import stages
+
     context.name_map_index("seqenc_item", item["task_name"])
     size, seed = _size_seed()
     task = context.task(item["task_name"], variable=False)
@@ -44,6 +50,8 @@ def sequences(item: dict) -> dict:
 
 
 def train(seqs: dict) -> dict:
+    from training.pipeline import stages
+
     context.name_map_index("seqenc_item", seqs["task_name"])
     size, seed = _size_seed()
     trained = stages.stage_train(context.workdir(), seqs["task_name"], size, seed, progress=False)
@@ -51,6 +59,8 @@ def train(seqs: dict) -> dict:
 
 
 def score(trained: dict) -> dict:
+    from training.pipeline import stages
+
     context.name_map_index("seqenc_item", trained["task_name"])
     return stages.stage_score(context.workdir(), trained["task_name"], progress=False,
                               ingest_date=trained["ingest_date"])

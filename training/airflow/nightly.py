@@ -1,25 +1,28 @@
 """The ``seqenc_nightly_training`` DAG's tasks: tasks -> train[task] -> promote[task].
 
 Each function reads the run's params through training.airflow.context and calls
-training.pipeline.nightly; the DAG file only wires them.
+training.pipeline.nightly; the DAG file only wires them. Heavy imports happen inside the
+functions: the DAG file imports this module at every parse.
 """
 
 from __future__ import annotations
 
-from airflow.sdk.exceptions import AirflowSkipException
-
 from training.airflow import context
-from training.pipeline.nightly import SourceNeverIngested, nightly_train, promote_if_better
-from training.tasks.listing import scheduled_tasks
 
 
 def tasks() -> list[str]:
     """The catalogue's task names, narrowed by the param ``tasks``."""
+    from training.tasks.listing import scheduled_tasks
+
     return scheduled_tasks(context.catalog(), context.params().get("tasks"))
 
 
 def train(task_name: str) -> dict:
     """Tonight's model of the task; skipped (with the reason) when its source was never ingested."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from training.pipeline.nightly import SourceNeverIngested, nightly_train
+
     context.name_map_index("seqenc_task", task_name)
     params = context.params()
     try:
@@ -31,5 +34,8 @@ def train(task_name: str) -> dict:
 
 
 def promote(trained: dict) -> dict:
+    """The new version becomes champion only when it beats the current one (training.pipeline.nightly)."""
+    from training.pipeline.nightly import promote_if_better
+
     context.name_map_index("seqenc_task", trained["task_name"])
     return promote_if_better(context.workdir(), trained, min_delta=float(context.params()["min_delta"]))

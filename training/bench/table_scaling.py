@@ -67,13 +67,13 @@ def layer_case(variant: str, positions: int):
     import torch
 
     from seqenc.attention import SelfAttention
-    from seqenc.config import TVMKAConfig
+    from seqenc.config import TableConfig
     from seqenc.ema import LowDimEMA
 
     x = torch.randn(1, positions, LAYER_D_MODEL, requires_grad=True)
     if variant == "ema_lowdim":
         return LowDimEMA(LAYER_D_MODEL, EMA_REDUCTION), (x, torch.ones(1, positions, dtype=torch.bool))
-    config = TVMKAConfig(d_model=LAYER_D_MODEL, n_heads=LAYER_HEADS, n_shared_heads=0, dropout=0.0, attn_dropout=0.0,
+    config = TableConfig(d_model=LAYER_D_MODEL, n_heads=LAYER_HEADS, n_shared_heads=0, dropout=0.0, attn_dropout=0.0,
                          attn_backend="eager" if variant == "attention_eager" else "sdpa")
     return SelfAttention(config, None, 0.0), (x, None)
 
@@ -83,7 +83,7 @@ def scaling_child(variant: str, tokens: int, repeat: int, threads: int) -> dict:
     import torch
 
     from parsers.resources import peak_rss_mb
-    from seqenc.config import TVMKAConfig
+    from seqenc.config import TableConfig
     from seqenc.table_model import TableTextEncoder
 
     torch.set_num_threads(threads)
@@ -91,7 +91,7 @@ def scaling_child(variant: str, tokens: int, repeat: int, threads: int) -> dict:
     if variant in LAYER_VARIANTS:
         model, batch = layer_case(variant, tokens)
     else:
-        model = TableTextEncoder(TVMKAConfig(**SCALING_MODEL, table_attention=variant, max_table_tokens=tokens))
+        model = TableTextEncoder(TableConfig(**SCALING_MODEL, table_attention=variant, max_table_tokens=tokens))
         batch = synthetic_batch(tokens)
     baseline = peak_rss_mb()
     times = []

@@ -19,7 +19,7 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   BERT has no counterpart for keeps its own init), trained at the fine-tuning rate, on request;
   and any of those with the suffix ``_wide`` (``mate_wide``, ``dense_minilm_wide``): the same
   encoder whose classifier also reads the overlap features of ``overlap_lr`` (wide and deep,
-  ``TVMKAConfig.table_wide``) -- its own row, beside the pure encoder, never instead of it;
+  ``TableConfig.table_wide``) -- its own row, beside the pure encoder, never instead of it;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
 * baselines: ``majority`` (the train split's most frequent label), ``bow_lr`` (a logistic
@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 BASELINES = ("majority", "bow_lr", "overlap_lr")
 TABLES, STATEMENTS, TASK = "tables", "statements", "verify"
-# the table encoders' input settings (TVMKAConfig): positions per cell, 512 tokens of text + table
+# the table encoders' input settings (TableConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
 # the bench's training of the scratch table encoders by --size, under --config: at demo, fewer
 # updates than the size's table_train (1,500 + 3,000), so that the default run on TabFact (7,666

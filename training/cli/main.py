@@ -34,7 +34,7 @@ import logging
 import sys
 from pathlib import Path
 
-from seqenc.config import TABLE_ATTENTIONS, TVMKAConfig
+from seqenc.config import TABLE_ATTENTIONS, TableConfig
 from training.cli.args import config_arg, positive_int
 from training.cli.ingest import add_ingest_parser
 
@@ -278,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--mode", default=None, choices=list(SELECTABLE),
                        help=f"default: the task's, else interleaved. {mode_help()} (the table encoder's attention: "
                        f"--config model.table_attention, {'/'.join(TABLE_ATTENTIONS)}; default "
-                       f"{TVMKAConfig.table_attention})")
+                       f"{TableConfig.table_attention})")
     train.add_argument("--size", default=None, choices=list(SIZES),
                        help="built-in model and step sizes (default: the task's, else $SEQENC_SIZE, else demo)")
     train.add_argument("--config", default=None, metavar="JSON",

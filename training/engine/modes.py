@@ -45,6 +45,7 @@ class Mode:
     selectable: bool = True  # a --mode / catalogue choice (unlabelled: an anomaly task's own)
     scorable: bool = True  # its bundles score (seqenc score, batch scoring, the MLflow pyfunc)
     in_bench: bool = False  # among `seqenc bench accuracy`'s default modes
+    config: str = "seqenc.config:TVMKAConfig"  # the model family's config class
 
     @property
     def end_to_end(self) -> bool:
@@ -53,6 +54,9 @@ class Mode:
 
     def trainer_class(self) -> type:
         return _load(self.trainer)
+
+    def config_class(self) -> type:
+        return _load(self.config)
 
     def build_model(self, config, data, tok, objects, exclude_keys=(), pretrained=None):
         """The end-to-end model of this mode and its ``inputs(index)`` over ``data``'s sequences."""
@@ -75,7 +79,7 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("record_view", "Transformers4Rec-style object vectors and a BERT over them", f"{_E2E}:EndToEndTrainer",
          ("RecordViewEncoder",), build=f"{_E2E}:record_view_model", pretrained_init=False, in_bench=True),
     Mode("table", "a text and its table through a table encoder (dense, MATE, TableFormer, MAFiD)",
-         f"{_E2E}:EndToEndTrainer", _TABLE_MODELS, build=f"{_E2E}:table_model"),
+         f"{_E2E}:EndToEndTrainer", _TABLE_MODELS, build=f"{_E2E}:table_model", config="seqenc.config:TableConfig"),
     Mode("unlabelled", "the TVM's masked LM alone, scored by masked-value surprise (anomaly tasks)",
          "training.engine.unlabelled:UnlabelledTrainer", ("TVMKA",), selectable=False),
 )}

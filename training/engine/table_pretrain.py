@@ -10,7 +10,7 @@ split's** tables (no label, no dev or test table is read)::
     the <column header> of <key cell> is <value>
 
 true with the key's own row's value, false with the value of the same column in another row
-(:func:`lookup_statement`). A lookup head (``TVMKAConfig.table_lookup_head``, two logits on the
+(:func:`lookup_statement`). A lookup head (``TableConfig.table_lookup_head``, two logits on the
 encoder's pooled output) reads them; the task head is untouched.
 
 Curriculum (``TrainConfig.table_pretrain_rows``, the steps split evenly between stages): the

@@ -28,7 +28,6 @@ import torch
 
 from parsers import atomic, purchases, storage, synthetic
 from parsers.landing import ingest_path
-from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.pretrained import tvmka_from_bert
 from seqenc.sequences import TokenizedSequences
@@ -267,9 +266,10 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         into_ka = model_overrides.get("ka_init", "default") == "default"  # DT-Fixup: a new KA (seqenc.fixup)
         # the TVM's window is the size's; a table model's positions are per cell: the checkpoint's serve
         window = {} if mode.name == "table" else {"max_positions": sz["model"]["max_positions"]}
-        model = tvmka_from_bert(pretrained, into_ka=into_ka, **{**window, **model_overrides, **depth, **task})
+        model = tvmka_from_bert(pretrained, into_ka=into_ka, config_class=mode.config_class(),
+                                **{**window, **model_overrides, **depth, **task})
     else:
-        config = TVMKAConfig(**{**sz["model"], **model_overrides, **task})
+        config = mode.config_class()(**{**sz["model"], **model_overrides, **task})  # the family's own class
         if mode.name == "table" and "max_positions" not in model_overrides:  # positions are per cell: the
             # text ([CLS] text [SEP]) is the longest cell, so a size's window must not be shorter
             config = replace(config, max_positions=max(config.max_positions, config.max_text_tokens + 2,

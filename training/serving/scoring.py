@@ -55,7 +55,7 @@ from seqenc.baselines import (
 )
 from seqenc.inference import model_device, predict_proba
 from seqenc.model import read_architecture
-from seqenc.sequences import collect_value_sequences, item_histories, tokenize_value_sequences, with_event_key
+from seqenc.sequences import collect_value_sequences, item_histories, tokenize_value_sequences
 from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.table_model import TABLE_MODELS, TableExamples
 from seqenc.tokenizer import ValueTokenizer
@@ -63,6 +63,7 @@ from training.engine.engines import training_device
 from training.engine.modes import MODES
 from training.tasks.kinds import get_kind
 from training.tasks.metrics import predict
+from training.tasks.task_data import keyed_objects
 
 log = logging.getLogger(__name__)
 
@@ -121,11 +122,7 @@ def model_inputs(bundle: Bundle, objects: pl.DataFrame):
     windows (seqenc.sequences.TokenizedSequences) or the tokenised objects
     (seqenc.baselines.ObjectSequences) of every sequence."""
     model, tok, meta = bundle
-    if meta.get("event_key"):
-        objects = with_event_key(objects)
-    if meta.get("keep_keys") is not None:  # the task's keep_keys (training.tasks.catalog), the event key kept too
-        keep = set(meta["keep_keys"]) | ({"event"} if meta.get("event_key") else set())
-        objects = objects.filter(pl.col("key").is_in(sorted(keep)))
+    objects = keyed_objects(objects, meta.get("keep_keys"), bool(meta.get("event_key")))  # as training read them
     exclude_keys = tuple(meta.get("exclude_keys", ()))
     if isinstance(model, FlattenedEncoder | RecordViewEncoder):
         return ObjectSequences.from_objects(objects, tok, exclude_keys)

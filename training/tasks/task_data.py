@@ -50,15 +50,26 @@ VOCAB_SEQUENCES = 50_000  # train sequences the WordPiece vocabulary is learnt f
 
 
 def task_objects(objects: pl.DataFrame, task: Task) -> pl.DataFrame:
-    """The objects as the task's S(k) read them: the event key added (``event_key``), only the
-    ``keep_keys`` when given (the event key stays); ``exclude_keys`` are applied later, by
-    collect_value_sequences."""
-    if task.event_key:
+    """The objects as the task's S(k) read them (:func:`keyed_objects`); ``exclude_keys`` are
+    applied later, by collect_value_sequences."""
+    return keyed_objects(objects, task.keep_keys, task.event_key)
+
+
+def keyed_objects(objects: pl.DataFrame, keep_keys: list[str] | None, event_key: bool) -> pl.DataFrame:
+    """The event key added (``event_key``), only the ``keep_keys`` when given (the event key
+    stays): what training read, and what scoring rebuilds from a bundle's metadata."""
+    if event_key:
         objects = with_event_key(objects)
-    if task.keep_keys is not None:
-        keep = set(task.keep_keys) | ({"event"} if task.event_key else set())
+    if keep_keys is not None:
+        keep = set(keep_keys) | ({"event"} if event_key else set())
         objects = objects.filter(pl.col("key").is_in(sorted(keep)))
     return objects
+
+
+def stable_sample(ids: pl.Series, n: int) -> pl.Series:
+    """The ``n`` ids with the smallest hash (ties by id): the same ids from one night to the next
+    while they are there (polars' seeded hash: stable within a polars version)."""
+    return pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(n)["id"]
 
 
 @dataclass
@@ -118,7 +129,7 @@ def task_input(task: TaskSpec, root: str | Path, ingest_date=None) -> TaskInput:
                     labels.filter(~pl.col("sequence_id").is_in(ids.implode()))["sequence_id"].head(3).to_list())
     label_report = {"labels_unmatched": unmatched, "label_conflicts": label_report["conflicts"]}
     if task.max_sequences is not None and ids.len() > task.max_sequences:
-        kept = pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(task.max_sequences)["id"]
+        kept = stable_sample(ids, task.max_sequences)
         log.info("task %s: %d of %d sequences kept (max_sequences)", task.name, kept.len(), ids.len())
         ids = ids.filter(ids.is_in(kept.implode()))
     # only the sequences kept (a no-op filter over every id would cost a set of all of them)
@@ -237,7 +248,7 @@ def vocab_sample(train_ids: list[str] | pl.Series, limit: int | None = None) -> 
     ids = train_ids if isinstance(train_ids, pl.Series) else pl.Series(train_ids, dtype=pl.String)
     if ids.len() <= limit:
         return ids.to_list()
-    return pl.DataFrame({"id": ids, "h": ids.hash(seed=0)}).sort("h", "id").head(limit)["id"].to_list()
+    return stable_sample(ids, limit).to_list()
 
 
 def fit_tokenizer(train_rows: Callable[[], Iterable[pl.DataFrame]], model_cfg: dict,
