@@ -78,3 +78,12 @@ def test_a_threshold_outside_the_kinds_policies_is_refused_with_what_applies():
     task = {"source": "s", "kind": "multiclass", "threshold": {"policy": "one_se"}}
     with pytest.raises(CatalogError, match="does not apply to a multiclass task .binary: best_f1"):
         parse_catalog({**SOURCE, "tasks": {"t": task}})
+
+
+def test_the_docs_table_of_modes_is_the_registry():
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "training.md").read_text()
+    section = text.split("## Modes", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1] for row in rows] == list(MODES)

@@ -49,7 +49,7 @@ from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import SurpriseScorer, key_surprise
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import make_engine, shard
-from training.engine.modes import END_TO_END, SELECTABLE
+from training.engine.modes import END_TO_END, MODES, SELECTABLE
 from training.engine.phased import PhasedTrainer
 from training.tasks.data import MASK_UNITS, MLMBatches, class_weights
 from training.tasks.thresholds import DEFAULT_RULE, check_rule
@@ -192,8 +192,9 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
 
     def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
                  splits: dict[str, np.ndarray], cfg: TrainConfig, workdir: str | Path, **kwargs):
-        if cfg.mode not in ("interleaved", "no_interleave"):
-            raise ValueError(f"InterleavedTrainer runs interleaved / no_interleave, not {cfg.mode!r}")
+        runs = [name for name, mode in MODES.items() if mode.trainer.endswith(":InterleavedTrainer")]
+        if cfg.mode not in runs:  # training.engine.modes names the trainer of each mode
+            raise ValueError(f"InterleavedTrainer runs {' / '.join(runs)}, not {cfg.mode!r}")
         train = data.subset(mlm_rows(y, splits["train"], cfg.mlm_sequences, model.config.task))
         if model.config.surprise_scoring and cfg.mlm_sequences == "all":
             log.warning("surprise scoring with a masked LM trained on every train sequence, anomalies "

@@ -47,7 +47,7 @@ def prediction_metrics(predictions: pl.DataFrame, task: Task, classes: list[str]
         return {**ranking_metrics_of_lists(rows["label"].cast(pl.String).to_list(), rows["top_items"].to_list()),
                 "labelled": rows.height}
     labels = rows["label"].cast(pl.String).to_list()
-    if task.kind == "anomaly":
+    if not task.kind_spec.labelled:  # labels only evaluate it: the positive label against the rest
         y = np.array([int(v == task.positive) for v in labels])
     else:
         unknown = sorted(set(labels) - set(classes))
@@ -56,7 +56,7 @@ def prediction_metrics(predictions: pl.DataFrame, task: Task, classes: list[str]
                              "of this task")
         y = np.array([classes.index(v) for v in labels])
     pred = np.array([classes.index(v) for v in rows["prediction"].to_list()])
-    kind = "binary" if task.kind in ("binary", "anomaly") else "multiclass"
+    kind = task.kind_spec.head  # the model's head: an anomaly task's is binary
     out = {**task_metrics(y, pred, kind), "labelled": rows.height}
     if kind == "binary" and len(set(y.tolist())) == 2:
         out["average_precision"] = float(average_precision_score(y, rows["score"].to_numpy()))
