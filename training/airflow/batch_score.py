@@ -1,8 +1,10 @@
-"""The ``seqenc_batch_score`` DAG's tasks: tasks -> score[task] with the registry's champion.
+"""The ``seqenc_batch_score`` DAG's tasks (dags/seqenc_batch_score.py)::
 
-Each function reads the run's params through training.airflow.context and calls
-training.serving.batch_score; the DAG file only wires them. Heavy imports happen inside the
-functions: the DAG file imports this module at every parse.
+    tasks -> score[task]
+
+A day's partitions of each task's source are scored by the model under the param ``alias``
+(``champion``: what the nightly DAG promoted), through training.serving.batch_score. The DAG
+file imports this module at every parse: heavy modules are imported inside the functions.
 """
 
 from __future__ import annotations
@@ -13,10 +15,7 @@ from training.airflow import context
 
 
 def tasks() -> list[str]:
-    """The catalogue's task names, narrowed by the param ``tasks``."""
-    from training.tasks.listing import scheduled_tasks
-
-    return scheduled_tasks(context.catalog(), context.params().get("tasks"))
+    return context.scheduled_tasks()
 
 
 def score(task_name: str) -> dict:

@@ -74,6 +74,13 @@ def task(name: str, variable: bool = True) -> TaskSpec:
     return resolve_task(catalog(variable), name)
 
 
+def scheduled_tasks() -> list[str]:
+    """The catalogue's task names, narrowed by the param ``tasks`` (the scheduled DAGs' first task)."""
+    from training.tasks.listing import scheduled_tasks as narrowed
+
+    return narrowed(catalog(), params().get("tasks"))
+
+
 def training_config() -> dict:
     """``{"model": {...}, "train": {...}}`` overrides: the param ``config_path`` (a JSON file inside
     the work root), else the Airflow Variable ``seqenc_training_config`` (JSON), else none."""

@@ -11,10 +11,7 @@ from training.airflow import context
 
 
 def tasks() -> list[str]:
-    """The catalogue's task names, narrowed by the param ``tasks``."""
-    from training.tasks.listing import scheduled_tasks
-
-    return scheduled_tasks(context.catalog(), context.params().get("tasks"))
+    return context.scheduled_tasks()
 
 
 def train(task_name: str) -> dict:
