@@ -9,7 +9,8 @@ Configuration (a path to a DeepSpeed JSON file, or a dict; never modified in pla
 -------------------------------------------------------------------------------------
 * ``zero_optimization.stage``: 0, 1 or 2 (see "Shared parameters"); 3 is refused.
 * ``optimizer``: default AdamW with the trainer's ``lr`` / ``weight_decay`` (torch's default
-  betas/eps, so stage 0 in fp32 is step-for-step the same as PlainEngine). For Adam/AdamW
+  betas/eps, so stage 0 in fp32 is step-for-step the same as PlainEngine); a given optimizer
+  without ``lr`` or ``weight_decay`` gets the trainer's (not DeepSpeed's own defaults). For Adam/AdamW
   ``"torch_adam": true`` is the default on every accelerator: torch's optimizer, nothing to
   compile. ``"torch_adam": false`` asks for DeepSpeed's FusedAdam on a GPU, JIT-compiled on first
   use (needs nvcc; measured on an H200 image with DeepSpeed 0.19.8: the build died parsing the
@@ -220,6 +221,10 @@ def build_config(config: str | Path | dict, lr: float, weight_decay: float, grad
     if "optimizer" not in cfg:
         cfg["optimizer"] = {"type": "AdamW", "params": {"lr": lr, "weight_decay": weight_decay}}
     opt = cfg["optimizer"]
+    # an optimizer without lr / weight_decay would take DeepSpeed's own defaults, silently not the
+    # TrainConfig's (lr_tvm, lr_ka): the config's values win only where it gives them
+    opt.setdefault("params", {}).setdefault("lr", lr)
+    opt["params"].setdefault("weight_decay", weight_decay)
     if str(opt.get("type", "")).lower() in ("adam", "adamw"):
         opt.setdefault("params", {}).setdefault("torch_adam", True)  # FusedAdam: opt-in (module docstring)
     if on_cpu and _mixed_precision(cfg):
