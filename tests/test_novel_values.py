@@ -12,17 +12,16 @@ import numpy as np
 import polars as pl
 import pytest
 from sklearn.metrics import roc_auc_score
+from toy_tokens import split_windows
 
 from parsers import storage
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from seqenc.novel_values import NovelValues, key_value_counts, value_hash
-from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import NOVEL_SCORE, STATS, SurpriseScorer
 from training.engine.trainer import TrainConfig
 from training.engine.unlabelled import UnlabelledTrainer
 from training.serving.scoring import save_bundle, score_objects
-from training.tasks.task_data import vocab_and_windows
 
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
          "vocab_size": 512, "dropout": 0.0, "attn_dropout": 0.0}
@@ -50,23 +49,10 @@ def _objects(n: int = 200, seed: int = 0) -> tuple[pl.DataFrame, np.ndarray]:
     return pl.DataFrame(rows, schema=storage.polars_schema(storage.OBJECTS_SCHEMA)), y
 
 
-def _split(objects, y_all):
-    ids = sorted(objects["sequence_id"].unique().to_list())
-    order = np.random.default_rng(1).permutation(len(ids))
-    split_of = {ids[i]: ("train" if k < 120 else "dev" if k < 160 else "test") for k, i in enumerate(order)}
-    train_ids = pl.Series([s for s in ids if split_of[s] == "train"])
-    tok, data = vocab_and_windows(collect_value_sequences(objects), train_ids, MODEL)
-    label = dict(zip(ids, y_all))
-    y = np.array([label[s] for s in data.sequence_ids])
-    splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
-              for name in ("train", "dev", "test")}
-    return tok, data, y, splits
-
-
 @pytest.fixture(scope="module")
 def toy():
     objects, y_all = _objects()
-    tok, data, y, splits = _split(objects, y_all)
+    tok, data, y, splits = split_windows(objects, y_all, MODEL, n_train=120, n_dev=40)
     return {"objects": objects, "tok": tok, "data": data, "y": y, "splits": splits}
 
 

@@ -11,11 +11,11 @@ import polars as pl
 import pytest
 from shared_data import require
 from sklearn.metrics import roc_auc_score
+from toy_tokens import split_windows
 
 from parsers import storage
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.sequences import collect_value_sequences
 from seqenc.surprise import SurpriseScorer
 from training.engine.trainer import TrainConfig
 from training.engine.unlabelled import (
@@ -27,7 +27,6 @@ from training.engine.unlabelled import (
 )
 from training.serving.scoring import load_bundle, save_bundle, score_objects
 from training.tasks.baselines import pca_detector
-from training.tasks.task_data import vocab_and_windows
 
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
          "vocab_size": 512, "dropout": 0.0, "attn_dropout": 0.0}
@@ -58,16 +57,7 @@ def fitted(tmp_path_factory):
     import torch
 
     objects, y_all = _objects()
-    ids = sorted(objects["sequence_id"].unique().to_list())
-    rng = np.random.default_rng(1)
-    order = rng.permutation(len(ids))
-    split_of = {ids[i]: ("train" if k < 96 else "dev" if k < 128 else "test") for k, i in enumerate(order)}
-    train_ids = pl.Series([s for s in ids if split_of[s] == "train"])
-    tok, data = vocab_and_windows(collect_value_sequences(objects), train_ids, MODEL)
-    label = dict(zip(ids, y_all))
-    y = np.array([label[s] for s in data.sequence_ids])
-    splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
-              for name in ("train", "dev", "test")}
+    tok, data, y, splits = split_windows(objects, y_all, MODEL, n_train=96, n_dev=32)
     torch.manual_seed(0)
     model = TVMKA(TVMKAConfig(**{**MODEL, "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
                                  "val_sep_token_id": tok.val_sep_id, "task": "binary", "n_classes": 2,
