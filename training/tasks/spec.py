@@ -12,7 +12,6 @@ import os
 from dataclasses import dataclass
 
 from training.tasks.catalog import Catalog, Task, load_catalog
-from training.tasks.kinds import TaskKind
 
 
 @dataclass(frozen=True)
@@ -21,14 +20,9 @@ class TaskSpec:
     task: Task  # its declaration (training.tasks.catalog.Task)
     catalog_path: str | None = None  # the catalogue file it was declared in (None: text or the default)
 
-    @property
-    def kind_spec(self) -> TaskKind:
-        """The kind's registry entry (training.tasks.kinds); ``kind`` is the declared name."""
-        return self.task.kind_spec
-
     def __getattr__(self, field: str):
-        """The declaration's fields and helpers (``source``, ``exclude_keys``, ``threshold_policy()``,
-        ...), read through: the spec is the task, with its name."""
+        """The declaration's fields and helpers (``source``, ``kind``, ``kind_spec``,
+        ``threshold_policy()``, ...), read through: the spec is the task, with its name."""
         if field.startswith("__"):
             raise AttributeError(field)
         return getattr(self.task, field)
