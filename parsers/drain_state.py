@@ -50,7 +50,7 @@ from pathlib import Path
 from cachetools import LRUCache
 from drain3.drain import DrainBase, LogCluster, LogClusterCache, Node
 
-from parsers import storage
+from parsers import objectstore, storage
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ class DrainStateFile:
     migrated on load."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
+        self.path = objectstore.as_path(path)  # an s3:// key too (parsers.objectstore)
 
     def save(self, drain: DrainBase, reason: str = "", word_split=None) -> None:
         state = dump_state(drain, word_split)  # counted from the dump: reading a bounded drain's clusters reorders its LRU

@@ -45,7 +45,7 @@ import json
 import logging
 from pathlib import Path
 
-from parsers import storage
+from parsers import objectstore, storage
 from parsers.sources import Source, SourceCatalog
 
 log = logging.getLogger(__name__)
@@ -299,7 +299,7 @@ def finalize_interval(root: str | Path, days: list[str], files: list[dict]) -> d
     withdrawn from the landing), and write each partition's manifest; returns what was kept and
     removed. A part the landing never wrote (a manual ``seqenc ingest`` into the same root) is
     never touched."""
-    root = Path(root)
+    root = objectstore.as_path(root)
     expected: dict[tuple[str, str], set[str]] = {}  # objects parts
     expected_rejects: dict[tuple[str, str], set[str]] = {}  # label files' rejects too
     for item in files:

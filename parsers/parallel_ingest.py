@@ -50,7 +50,6 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from parsers import storage
 from parsers.log_ingest import FrozenTemplates, Learner, ingest_logs
@@ -112,7 +111,7 @@ def merge_mined(files: list, root, source: str, preset: str | LogFormat) -> dict
             if not contents_path.exists():
                 raise FileNotFoundError(f"{log_path} was not mined ({contents_path} is missing): run the mine "
                                         "step for every file before the merge")
-            mined = pl.read_parquet(contents_path)
+            mined = pl.from_arrow(storage.read_table(contents_path))  # a local path or an s3:// key
             n_before, clusters = len(drain.clusters), {}
             parser._clusters.clear()  # fresh per file, as the serial ingest's cache
             for text, count in mined.iter_rows():
@@ -144,7 +143,7 @@ def frozen_templates(root, source: str, ingest_date, log_path) -> FrozenTemplate
     if not clusters_path.exists():
         raise FileNotFoundError(f"{log_path} has no merged templates ({clusters_path} is missing): run the mine "
                                 "and merge steps first")
-    table = pq.read_table(clusters_path)
+    table = storage.read_table(clusters_path)
     meta = table.schema.metadata or {}
     frame = pl.from_arrow(table)
     return FrozenTemplates(clusters=dict(zip(frame["content"].to_list(), frame["cluster_id"].to_list())),

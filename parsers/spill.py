@@ -80,8 +80,13 @@ class Spill:
     """Batches of parsed lines on disk between the passes (``with``: removed at the end)."""
 
     def __init__(self, beside: Path):
-        beside.parent.mkdir(parents=True, exist_ok=True)
-        self._dir = tempfile.TemporaryDirectory(prefix=".ingest-", dir=beside.parent)
+        """In a hidden folder beside the part ``beside`` (the same disk); for an object key
+        (``s3://``, parsers.objectstore) in the local temp folder."""
+        if isinstance(beside, Path):
+            beside.parent.mkdir(parents=True, exist_ok=True)
+            self._dir = tempfile.TemporaryDirectory(prefix=".ingest-", dir=beside.parent)
+        else:
+            self._dir = tempfile.TemporaryDirectory(prefix=".ingest-")
         self.n = 0
 
     def write(self, frame: pl.DataFrame) -> None:

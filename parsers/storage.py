@@ -19,6 +19,9 @@ Choices made here:
   fsync'ed (parsers.atomic.durable_replace). Re-ingesting the same input for the same partition
   therefore *replaces* the part file, never appends to it.
 * Readers only look at ``part-*.parquet`` files, so a temp file left by a crash is ignored.
+* The root may be ``s3://bucket/prefix`` (parsers.objectstore): the same keys, each part
+  written to a local temp file and uploaded over its key (one PUT: atomic for readers), read back
+  by polars' native S3 reader; the source's lock is then a lease object, not flock.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from parsers import atomic
+from parsers import atomic, objectstore
 from parsers.line_reader import RAW_LIMIT
 from parsers.line_reader import LineReader as LineReader  # re-exported: the ingests read storage.LineReader
 from parsers.line_reader import open_input as open_input
@@ -133,23 +136,24 @@ def drop_legacy_part(path: Path, input_path: str | os.PathLike) -> None:
     under the old name in the same folder, so re-ingesting a file into a data root written
     before the new names replaces its rows instead of doubling them. (The old name was shared
     by ``x.log`` and ``x.txt``: whichever was ingested last had overwritten the other.)"""
-    legacy = Path(path).with_name(_legacy_part_name(input_path))
-    if legacy != Path(path) and legacy.exists():
+    path = objectstore.as_path(path)
+    legacy = path.with_name(_legacy_part_name(input_path))
+    if legacy != path and legacy.exists():
         legacy.unlink()
-        logger.info("removed %s: %s now writes %s", legacy, Path(input_path).name, Path(path).name)
+        logger.info("removed %s: %s now writes %s", legacy, Path(input_path).name, path.name)
 
 
 def objects_dir(root: str | os.PathLike, source: str) -> Path:
     """``<root>/objects/source=<src>`` (holds one ``ingest_date=`` folder per day)."""
-    return Path(root) / "objects" / f"source={_check_source(source)}"
+    return objectstore.as_path(root) / "objects" / f"source={_check_source(source)}"
 
 
 def labels_dir(root: str | os.PathLike, source: str) -> Path:
-    return Path(root) / "labels" / f"source={_check_source(source)}"
+    return objectstore.as_path(root) / "labels" / f"source={_check_source(source)}"
 
 
 def rejects_dir(root: str | os.PathLike, source: str) -> Path:
-    return Path(root) / "rejects" / f"source={_check_source(source)}"
+    return objectstore.as_path(root) / "rejects" / f"source={_check_source(source)}"
 
 
 def objects_path(root, source: str, ingest_date, input_path) -> Path:
@@ -169,27 +173,33 @@ def labels_path(root, source: str, input_path) -> Path:
 
 def drain_state_path(root: str | os.PathLike, source: str) -> Path:
     """``<root>/state/drain3-<src>.json``: Drain3 persistence, continued across runs."""
-    return Path(root) / "state" / f"drain3-{_check_source(source)}.json"
+    return objectstore.as_path(root) / "state" / f"drain3-{_check_source(source)}.json"
 
 
 def source_lock(root: str | os.PathLike, source: str, what: str = "log ingest"):
     """``<root>/state/<src>.lock`` held exclusively (parsers.atomic.file_lock): the log ingests of
     one source share its Drain3 state (loaded at the start, saved at the end), so two at once
-    would lose one's templates; the second waits, and says so in one warning."""
-    return atomic.file_lock(Path(root) / "state" / f"{_check_source(source)}.lock",
-                            f"another {what} of source {source!r}")
+    would lose one's templates; the second waits, and says so in one warning.
+
+    On an ``s3://`` root (where there is no flock) it is the lease object
+    ``<root>/state/<src>.lease`` instead (parsers.objectstore.lease: a conditional write, renewed
+    while held, taken over when a killed holder let it expire)."""
+    state = objectstore.as_path(root) / "state"
+    if objectstore.is_remote(state):
+        return objectstore.lease(state / f"{_check_source(source)}.lease", f"another {what} of source {source!r}")
+    return atomic.file_lock(state / f"{_check_source(source)}.lock", f"another {what} of source {source!r}")
 
 
 def mined_dir(root: str | os.PathLike, source: str) -> Path:
     """``<root>/state/mined/source=<src>``: what the parallel ingest's mine step found, per day
     and file, until the write step is done (parsers.parallel_ingest)."""
-    return Path(root) / "state" / "mined" / f"source={_check_source(source)}"
+    return objectstore.as_path(root) / "state" / "mined" / f"source={_check_source(source)}"
 
 
 def detected_format_path(root: str | os.PathLike, source: str) -> Path:
     """``<root>/state/format-<src>.json``: the header detected for a log source (``--auto-header``),
     so that every later file of the source splits into the same fields."""
-    return Path(root) / "state" / f"format-{_check_source(source)}.json"
+    return objectstore.as_path(root) / "state" / f"format-{_check_source(source)}.json"
 
 
 # --------------------------------------------------------------------------- writing
@@ -204,6 +214,26 @@ def polars_schema(schema: pa.Schema) -> pl.Schema:
     return pl.Schema({f.name: _POLARS_TYPES[f.type] for f in schema})
 
 
+def _local_temp(path) -> tuple[int, str]:
+    """A hidden temp file beside ``path``; for an object key, in the local temp folder (the
+    finished file is then uploaded over the key in one PUT: :func:`_publish`)."""
+    if objectstore.is_remote(path):
+        return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+
+
+def _publish(tmp: str, path) -> None:
+    """The written temp file becomes ``path``: a durable rename on disk, an upload to S3."""
+    if objectstore.is_remote(path):
+        try:
+            path.upload(tmp)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    else:
+        atomic.durable_replace(tmp, path)
+
+
 def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLike, schema: pa.Schema) -> int:
     """Stream frames into one Parquet file (row groups as they come); return the row count.
 
@@ -216,8 +246,7 @@ def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLik
     """
     from polars.io.plugins import register_io_source
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = objectstore.as_path(path)
     pl_schema = polars_schema(schema)
     rows = 0
 
@@ -228,11 +257,11 @@ def write_batches_atomic(batches: Iterable[pl.DataFrame], path: str | os.PathLik
                 rows += frame.height
                 yield frame.select(pl_schema.names()).cast(pl_schema)
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _local_temp(path)
     os.close(fd)
     try:
         register_io_source(io_source=source, schema=pl_schema).sink_parquet(tmp, compression="snappy")
-        atomic.durable_replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -247,17 +276,16 @@ def write_parquet_atomic(
     A polars frame is converted to Arrow first; with ``schema`` the table is cast to it, so
     column order and types are exactly the contract's.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = objectstore.as_path(path)
     if isinstance(table, pl.DataFrame):
         table = table.to_arrow()
     if schema is not None:
         table = table.select(schema.names).cast(schema)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _local_temp(path)
     os.close(fd)
     try:
         pq.write_table(table, tmp)
-        atomic.durable_replace(tmp, path)
+        _publish(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -266,10 +294,13 @@ def write_parquet_atomic(
 
 
 def write_bytes_atomic(data: bytes, path: str | os.PathLike) -> None:
-    """Same temp-then-replace pattern for a small binary file (the Drain3 state)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Same temp-then-replace pattern for a small binary file (the Drain3 state); an object key
+    gets it in one PUT."""
+    path = objectstore.as_path(path)
+    if objectstore.is_remote(path):
+        path.write_bytes(data)
+        return
+    fd, tmp = _local_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -342,12 +373,19 @@ def check_reject_share(report: dict, max_share: float | None) -> dict:
     return report
 
 
+def read_table(path, schema: pa.Schema | None = None) -> pa.Table:
+    """One Parquet file, a local path or an ``s3://`` key (parsers.objectstore)."""
+    if objectstore.is_remote(path):
+        return pq.read_table(pa.BufferReader(path.read_bytes()), schema=schema)
+    return pq.read_table(path, schema=schema)
+
+
 def _read_parts(folder: Path, schema: pa.Schema) -> pl.DataFrame:
     files = sorted(folder.glob("**/part-*.parquet")) if folder.exists() else []
     if not files:
         return pl.from_arrow(schema.empty_table())
     # Read the files ourselves (not hive discovery) so partition columns do not leak in.
-    tables = [pq.read_table(f, schema=schema) for f in files]
+    tables = [read_table(f, schema) for f in files]
     return pl.from_arrow(pa.concat_tables(tables))
 
 
@@ -384,7 +422,8 @@ def scan_objects(root: str | os.PathLike, source: str,
     if not files:
         return pl.LazyFrame(schema=schema)
     # the files themselves (no hive discovery), so partition columns do not leak in
-    return pl.scan_parquet(files, hive_partitioning=False, schema=schema, missing_columns="insert",
+    # str: an s3:// URI is read by polars' own object-store reader, with the AWS environment
+    return pl.scan_parquet([str(f) for f in files], hive_partitioning=False, schema=schema, missing_columns="insert",
                            extra_columns="ignore")
 
 
@@ -412,7 +451,7 @@ def unique_labels(root: str | os.PathLike, source: str) -> tuple[pl.DataFrame, d
         if folder.exists() else []
     if not files:
         return pl.from_arrow(LABELS_SCHEMA.empty_table()), {"label_rows": 0, "conflicts": 0, "conflict_examples": []}
-    frames = [pl.from_arrow(pq.read_table(f, schema=LABELS_SCHEMA)).with_columns(pl.lit(i).alias("_part"))
+    frames = [pl.from_arrow(read_table(f, LABELS_SCHEMA)).with_columns(pl.lit(i).alias("_part"))
               for i, f in enumerate(files)]
     rows = pl.concat(frames)
     distinct = rows.unique(["sequence_id", "label"])

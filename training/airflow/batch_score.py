@@ -9,8 +9,6 @@ file imports this module at every parse: heavy modules are imported inside the f
 
 from __future__ import annotations
 
-import os
-
 from training.airflow import context
 
 
@@ -30,7 +28,7 @@ def score(task_name: str) -> dict:
     workdir = context.workdir()
     uri = model_uri(registered_model_name(task_name), context.params()["alias"])
     try:
-        return score_partitions(uri, context.data_root(), os.path.join(workdir, "predictions", task_name),
+        return score_partitions(uri, context.data_root(), f"{context.predictions_root()}/{task_name}",
                                 dates=[context.first_day()], tracking_dir=workdir, progress=False)
     except NoChampionError as exc:
         raise AirflowSkipException(str(exc)) from exc

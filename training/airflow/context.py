@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from airflow.sdk import Variable, get_current_context
 
-from training.airflow.workroot import confine
+from training.airflow.workroot import confine, confine_uri
 
 if TYPE_CHECKING:
     from training.tasks.catalog import Catalog
@@ -44,7 +44,21 @@ def workdir() -> str:
 
 
 def data_root() -> str:
-    return os.path.join(workdir(), "data")
+    """The param ``data_root``, else ``$SEQENC_DATA_ROOT`` (the operator's), else ``<workdir>/data``.
+
+    A local param is confined to the work root like every path param; an ``s3://`` param must lie
+    under the operator's ``$SEQENC_OBJECT_ROOT`` (an ``s3://bucket/prefix``), or it is refused:
+    whoever triggers a run must not make it write into any bucket the workers' credentials reach."""
+    given = params().get("data_root")
+    if given:
+        return confine_uri(given, "data_root") if given.startswith("s3://") else confine(given, "data_root")
+    return os.environ.get("SEQENC_DATA_ROOT") or os.path.join(workdir(), "data")
+
+
+def predictions_root() -> str:
+    """``<data root>/predictions`` when the data root is an ``s3://`` URI, else ``<workdir>/predictions``."""
+    root = data_root()
+    return f"{root.rstrip('/')}/predictions" if root.startswith("s3://") else os.path.join(workdir(), "predictions")
 
 
 def landing() -> str:

@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from airflow.sdk import CronDataIntervalTimetable, Param
 
 DEFAULT_WORKDIR = os.environ.get("SEQENC_WORKDIR", "~/seqenc-work")
+DATA_ROOT_HELP = ("data root: a folder inside the work root or s3://bucket/prefix under $SEQENC_OBJECT_ROOT "
+                  "(default $SEQENC_DATA_ROOT, else <workdir>/data)")
 CATALOG_HELP = "catalogue TOML (default: the Variable seqenc_catalog, else $SEQENC_CATALOG, else the built-in one)"
 
 
@@ -25,6 +27,7 @@ def scheduled(cron: str | None, retries: int, retry_minutes: int) -> dict:
 
 def workdir_params(workdir_help: str, catalog_help: str = CATALOG_HELP) -> dict:
     """The params every DAG takes: ``workdir`` and ``catalog`` (paths inside the work root,
-    training.airflow.workroot)."""
+    training.airflow.workroot), and ``data_root`` (training.airflow.context.data_root)."""
     return {"workdir": Param(DEFAULT_WORKDIR, type="string", description=workdir_help),
-            "catalog": Param("", type="string", description=catalog_help)}
+            "catalog": Param("", type="string", description=catalog_help),
+            "data_root": Param("", type="string", description=DATA_ROOT_HELP)}

@@ -25,7 +25,8 @@ def train(task_name: str) -> dict:
     try:
         return nightly_train(context.workdir(), context.task(task_name), context.night(),
                              window_days=int(params["window_days"]), size=params["size"] or None,
-                             seed=int(params["seed"]), mode=params["mode"] or None, config=context.training_config())
+                             seed=int(params["seed"]), mode=params["mode"] or None, config=context.training_config(),
+                             data_root=context.data_root())
     except SourceNeverIngested as exc:  # a source this deployment does not feed; a late one still fails
         raise AirflowSkipException(str(exc)) from exc
 

@@ -29,6 +29,19 @@ def work_root() -> Path:
     return Path(root).expanduser().resolve()
 
 
+def confine_uri(value: str, what: str) -> str:
+    """An ``s3://`` param: allowed only under ``$SEQENC_OBJECT_ROOT`` (the operator's prefix;
+    unset: no object store param is allowed), without ``..`` or empty parts."""
+    allowed = (os.environ.get("SEQENC_OBJECT_ROOT") or "").rstrip("/")
+    parts = value[len("s3://"):].rstrip("/").split("/")
+    if "\x00" in value or len(value) > MAX_PATH_CHARS or any(p in ("", ".", "..") for p in parts):
+        raise OutsideWorkRoot(f"param {what}={value!r} is not a usable s3://bucket/prefix")
+    value = "s3://" + "/".join(parts)
+    if not allowed or (value != allowed and not value.startswith(allowed + "/")):
+        raise OutsideWorkRoot(f"param {what}={value!r} is outside the object root {allowed or '(none: set SEQENC_OBJECT_ROOT)'}")
+    return value
+
+
 def confine(value: str, what: str, root: Path | None = None) -> str:
     """``value`` (a param's path) as an absolute path inside ``root`` (default: :func:`work_root`);
     :class:`OutsideWorkRoot` naming the param otherwise."""

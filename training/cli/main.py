@@ -157,8 +157,9 @@ def cmd_train(args) -> int:
         task = resolve_task(args.catalog, args.task)  # the task, resolved once for everything below
         result = run_train(args.workdir, task, size=args.size, seed=args.seed, mode=args.mode, config=config,
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
-                           progress=not args.no_progress)
-    print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir")}, indent=2))
+                           progress=not args.no_progress, data_root=args.root)
+    print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir", "data_parallel")
+                      if k in result}, indent=2))
     if result.get("tracking_uri"):  # rank 0 (other data-parallel ranks log nothing)
         from training.serving.tracking import ui_command
 
@@ -272,6 +273,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "`seqenc demo`), trains, evaluates, logs to MLflow and saves a model bundle. A killed "
                            "job continues with --resume JOB_DIR (printed as job_dir).")
     train.add_argument("--workdir", help="work directory holding data/ (the --root of seqenc ingest is WORKDIR/data)")
+    train.add_argument("--root", default=None, metavar="ROOT",
+                       help="data root to read (default WORKDIR/data; a folder or s3://bucket/prefix); the value "
+                       "sequences, checkpoints and bundle stay in WORKDIR")
     train.add_argument("--catalog", default=None, metavar="TOML",
                        help="catalogue declaring the task (default: $SEQENC_CATALOG, else the built-in one)")
     train.add_argument("--task", help="a task of the catalogue (seqenc tasks lists them)")
@@ -376,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         for attr, what in (("source", "source"), ("task", "task"), ("task_name", "task name")):
             if getattr(args, attr, None) is not None:  # before anything is read or written
                 check_name(getattr(args, attr), what)
+        from parsers.objectstore import check_root
+
+        for attr in ("root", "input", "out"):  # an s3:// data root: reachable, before any work (one line if not)
+            check_root(getattr(args, attr, None))
         return args.func(args)
     except UnsafeName as err:  # a name that would become a path: refused, exit code 2
         if args.verbose:

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 from sklearn.metrics import average_precision_score, f1_score
 
-from parsers import storage
+from parsers import objectstore, storage
 from training.pipeline.stages import sequences_dir, stage_sequences, stage_train
 from training.serving import tracking
 from training.serving.registry import CHAMPION, NoChampionError, resolve_model
@@ -69,19 +69,20 @@ def night_dir(workdir: str | Path, task_name: str, date: str) -> Path:
 
 
 def nightly_train(workdir: str, task: TaskSpec, date: str, window_days: int = 7, size: str | None = None,
-                  seed: int = 0, mode: str | None = None, config: dict | None = None, progress: bool = False) -> dict:
+                  seed: int = 0, mode: str | None = None, config: dict | None = None, progress: bool = False,
+                  data_root: str | None = None) -> dict:
     """Train tonight's model of ``task`` (resolved by the caller, training.tasks.spec) on the data
     of the window ending at ``date``.
 
-    ``workdir`` holds the data root (``data/``) and, unless MLFLOW_TRACKING_URI is set, the
-    MLflow store; ``config`` is ``{"model": {...}, "train": {...}}`` overrides on top of the
+    ``workdir`` holds the data root (``data/``, unless ``data_root`` names another: a folder or
+    ``s3://bucket/prefix``) and, unless MLFLOW_TRACKING_URI is set, the MLflow store; ``config`` is ``{"model": {...}, "train": {...}}`` overrides on top of the
     task's. The split is fixed by sequence id (a task declared ``split = "time"`` keeps it), so
     that no night trains on another night's dev or test sequences."""
     config = config or {}
     unknown = set(config) - {"model", "train"}
     if unknown:
         raise ValueError(f"unknown training config sections {sorted(unknown)}; use 'model' and 'train'")
-    root = Path(workdir) / "data"
+    root = objectstore.as_path(data_root) if data_root else Path(workdir) / "data"
     task_name, source = task.name, task.source
     ingested = storage.ingest_dates(root, source)
     if not ingested:
@@ -98,7 +99,7 @@ def nightly_train(workdir: str, task: TaskSpec, date: str, window_days: int = 7,
                           data_root=str(root), tracking_dir=str(workdir))
     log.info("%s %s: trained version %s of %s on %s", task_name, date, trained["model_version"],
              trained["registered_model"], dates)
-    return {"task_name": task_name, "date": date, "dates": dates, "night_dir": str(night),
+    return {"task_name": task_name, "date": date, "dates": dates, "night_dir": str(night), "data_root": str(root),
             "sequences": seqs["stats"], "model_dir": trained["model_dir"], "run_id": trained["run_id"],
             "registered_model": trained["registered_model"], "model_version": trained["model_version"],
             "test": trained["metrics"]["test"], "dev": trained["metrics"]["dev"]}
@@ -146,7 +147,8 @@ def promote_if_better(workdir: str, trained: dict, min_delta: float = 0.0) -> di
     spec, classes = read_task(sequences_dir(night, task_name))
     splits = pl.read_parquet(sequences_dir(night, task_name) / "splits.parquet")
     dev = splits.filter((pl.col("split") == "dev") & pl.col("label").is_not_null()).select("sequence_id", "label")
-    objects = read_task_objects(Path(workdir) / "data", spec, trained["dates"])
+    root = trained.get("data_root") or Path(workdir) / "data"  # the root nightly_train read
+    objects = read_task_objects(objectstore.as_path(root), spec, trained["dates"])
     objects = objects.join(dev.select("sequence_id"), on="sequence_id", how="semi")
     metric = spec.kind_spec.promotion_metric  # training.tasks.kinds
     try:

@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import torch
 
-from parsers import atomic, purchases, storage, synthetic
+from parsers import atomic, objectstore, purchases, storage, synthetic
 from parsers.landing import ingest_path
 from seqenc.model import TVMKA
 from seqenc.pretrained import tvmka_from_bert
@@ -122,8 +122,9 @@ def stage_generate(workdir: str, size: str = "demo", seed: int = 0, catalog=None
 def stage_ingest(workdir: str, source: str, path: str, labels: str | None = None, ingest_date: str | None = None,
                  catalog=None, data_root: str | None = None) -> dict:
     """One raw file of a catalogue source (and its labels CSV) into ``<workdir>/data`` (or
-    ``data_root``), as the source declares (parsers.landing.ingest_path)."""
-    root = Path(data_root) if data_root else Path(workdir) / "data"
+    ``data_root``: a local folder or ``s3://bucket/prefix``, parsers.objectstore), as the source
+    declares (parsers.landing.ingest_path)."""
+    root = objectstore.as_path(data_root) if data_root else Path(workdir) / "data"
     ingest_date = storage.ingest_date_str(ingest_date)
     spec = load_catalog(catalog).source(source)
     report = ingest_path(path, root, source, spec, ingest_date=ingest_date)
@@ -162,7 +163,7 @@ def stage_sequences(workdir: str, task: TaskSpec, size: str | None = None, seed:
     split = split or task.split
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
-    root = Path(data_root) if data_root else Path(workdir) / "data"
+    root = objectstore.as_path(data_root) if data_root else Path(workdir) / "data"
     inp = task_input(task, root, ingest_date)
     model_cfg = {**size_settings(resolve_size(size, task.size))["model"],
                  **task.kind_spec.model_settings({**task.config.get("model", {}), **(model_overrides or {})})}
@@ -205,7 +206,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     job_args = {"workdir": str(workdir), "task_name": task_name, "size": size, "seed": seed, "pretrained": pretrained,
                 "pretrained_layers": pretrained_layers, "mode": mode, "train_overrides": train_overrides or {},
                 "model_overrides": model_overrides or {}, "data_root": data_root, "tracking_dir": tracking_dir}
-    data_root = Path(data_root) if data_root else Path(workdir) / "data"
+    data_root = objectstore.as_path(data_root) if data_root else Path(workdir) / "data"
     tracking_dir = tracking_dir or workdir
     seq_dir = sequences_dir(workdir, task_name)
     spec, classes = read_task(seq_dir)
@@ -300,7 +301,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     if rank != 0:  # another data-parallel rank: it trains in step with rank 0, which logs and saves
         result = trainer.fit()
         return {"rank": rank, "metrics": {"dev": result["dev"], "test": result["test"]}, "job_dir": str(job),
-                "run_id": None, "model_dir": None}
+                "run_id": None, "model_dir": None, "data_parallel": result["data_parallel"]}
     out, plots = job.parent, _fresh_dir(Path(workdir) / "plots" / task_name)
     stats = json.loads((seq_dir / "stats.json").read_text())
     shown_mode = mode.name
@@ -332,7 +333,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         model_version = tracking.log_bundle_model(bundle, registered_model_name(task_name))
     return {"model_dir": str(bundle), "run_id": run.info.run_id, "metrics": metrics, "job_dir": str(job),
             "registered_model": registered_model_name(task_name), "model_version": model_version,
-            "tracking_uri": tracking.tracking_uri(tracking_dir)}
+            "tracking_uri": tracking.tracking_uri(tracking_dir),
+            "data_parallel": result["data_parallel"]}  # what each rank computed (training.engine.sharding)
 
 
 def _plots(plots: Path, task_name: str, task: str, classes: list[str], y: np.ndarray, splits: dict, result: dict,
@@ -370,10 +372,10 @@ def resume_train(job: str | Path, progress: bool = True, device: str | None = No
 
 def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int = 0, mode: str | None = None,
               config: dict | None = None, pretrained: str | None = None, pretrained_layers: int | None = None,
-              progress: bool = True) -> dict:
+              progress: bool = True, data_root: str | None = None) -> dict:
     """``seqenc train``: value sequences of a catalogue task from the data already ingested under
-    ``workdir/data``, then one training job. ``config``: ``{"model": {...}, "train": {...}}``
-    overrides on top of the task's own ``config``."""
+    ``data_root`` (default ``workdir/data``; ``s3://bucket/prefix`` too), then one training job.
+    ``config``: ``{"model": {...}, "train": {...}}`` overrides on top of the task's own ``config``."""
     config = config or {}
     unknown = set(config) - {"model", "train"}
     if unknown:
@@ -381,33 +383,40 @@ def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int =
     deepspeed = config.get("train", {}).get("deepspeed")
     rank, world = data_parallel(deepspeed)
     if rank == 0:
-        stage_sequences(workdir, task, size, seed, pretrained=pretrained, model_overrides=config.get("model"))
+        stage_sequences(workdir, task, size, seed, pretrained=pretrained, model_overrides=config.get("model"),
+                        data_root=data_root)
     if world > 1:  # the other ranks read what rank 0 wrote (value sequences, vocabulary, splits)
         from training.engine.deepspeed_engine import barrier
 
         barrier()
     return stage_train(workdir, task.name, size, seed, progress=progress, pretrained=pretrained,
                        pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
-                       model_overrides=config.get("model"))
+                       model_overrides=config.get("model"), data_root=data_root)
 
 
 # --- 5. score ---------------------------------------------------------------------------------
 def stage_score(workdir: str, task_name: str, split: str = "test", progress: bool = True,
-                ingest_date: str | None = None) -> dict:
+                ingest_date: str | None = None, data_root: str | None = None,
+                predictions_root: str | None = None) -> dict:
     """Score the sequences of one split with the saved bundle into a predictions Parquet, and
-    the task's metrics on its labelled ones (training.serving.evaluate)."""
+    the task's metrics on its labelled ones (training.serving.evaluate). ``data_root`` (default
+    ``<workdir>/data``) and ``predictions_root`` (default ``<workdir>/predictions``; the file is
+    ``<predictions_root>/<task>/<split>.parquet``) may be ``s3://bucket/prefix``
+    (parsers.objectstore); the bundle and the value sequences stay in the local workdir."""
     spec, classes = read_task(sequences_dir(workdir, task_name))
     model_dir = Path(workdir) / "models" / task_name / "bundle"
     split_df = pl.read_parquet(sequences_dir(workdir, task_name) / "splits.parquet")
     chosen = split_df.filter(pl.col("split") == split)
-    objects = read_task_objects(Path(workdir) / "data", spec, ingest_date)
+    root = objectstore.as_path(data_root) if data_root else Path(workdir) / "data"
+    objects = read_task_objects(root, spec, ingest_date)
     objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
     bundle = load_bundle(model_dir)  # loaded once: scoring and the run id both read it
     predictions = score_objects(bundle, objects, progress=progress)
     predictions = predictions.join(chosen.select("sequence_id", "label"), on="sequence_id", how="left")
     meta = bundle[2]
     predictions = predictions.with_columns(pl.lit(meta["mlflow_run_id"]).alias("mlflow_run_id"))
-    path = Path(workdir) / "predictions" / task_name / f"{split}.parquet"
+    out = objectstore.as_path(predictions_root) if predictions_root else Path(workdir) / "predictions"
+    path = out / task_name / f"{split}.parquet"
     storage.write_parquet_atomic(predictions, path)
     metrics = prediction_metrics(predictions, spec, classes)
     return {"predictions": str(path), "rows": predictions.height, "metrics": metrics}

@@ -37,7 +37,7 @@ import numpy as np
 import polars as pl
 from tqdm.auto import tqdm
 
-from parsers import storage
+from parsers import objectstore, storage
 from training.serving import tracking
 from training.serving.registry import is_model_uri, resolve_model
 from training.serving.scoring import load_bundle, score_objects, window_threshold
@@ -93,7 +93,7 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
                                                                    chunk_sequences))
             if predictions.is_empty():
                 log.warning("%s: no objects of source %s on %s", data_root, source, day)
-            path = Path(out_dir) / f"date={day}" / "part-0.parquet"
+            path = objectstore.as_path(out_dir) / f"date={day}" / "part-0.parquet"  # s3:// too
             storage.write_parquet_atomic(predictions, path)
             summary = summarize(predictions, _reported_labels(bundle.model.config, predictions)) | flags
             summary.update(date=day, source=source, predictions=str(path), model_uri=resolved.uri,

@@ -4,6 +4,13 @@ The tracking store is ``MLFLOW_TRACKING_URI`` when set (a server such as
 ``http://127.0.0.1:5000``), else a SQLite file under the job's output directory. With a local
 store, artifacts go beside it in ``<out>/mlartifacts`` (set on the experiment, so they never land
 in whatever directory the process happens to run in).
+
+Artifacts on an object store: ``SEQENC_ARTIFACT_ROOT=s3://bucket/prefix`` gives each experiment
+created from then on the artifact location ``<prefix>/<experiment name>`` (with a local store or a
+server); MLflow's S3 artifact repository writes there through boto3, with the standard AWS
+environment (``AWS_ENDPOINT_URL`` or ``MLFLOW_S3_ENDPOINT_URL`` for an S3-compatible store). A
+tracking server started with ``--default-artifact-root s3://...`` does the same for experiments
+it creates. An experiment keeps the location it was created with.
 """
 
 from __future__ import annotations
@@ -115,7 +122,10 @@ def _experiment_id(out_dir: Path, name: str) -> str:
     if existing is not None:
         return existing.experiment_id
     artifacts = None
-    if mlflow.get_tracking_uri().startswith("sqlite:"):
+    remote = os.environ.get("SEQENC_ARTIFACT_ROOT")
+    if remote:
+        artifacts = f"{remote.rstrip('/')}/{name}"
+    elif mlflow.get_tracking_uri().startswith("sqlite:"):
         artifacts = (out_dir / "mlartifacts").resolve().as_uri()
     return mlflow.create_experiment(name, artifact_location=artifacts)
 
