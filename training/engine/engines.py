@@ -71,7 +71,8 @@ def data_parallel(deepspeed: str | dict | None) -> tuple[int, int]:
     keeps rows ``rank::world`` of it, so one update reads the configured batch across all ranks
     and DeepSpeed's gradient average makes it one step over that batch. Only rank 0 logs to
     MLflow and writes the model bundle; each rank keeps its own checkpoints and KR cache (ZeRO
-    partitions the optimizer state per rank)."""
+    partitions the optimizer state per rank). The KR refresh and the final surprise are divided
+    between the ranks and gathered (training.engine.sharding)."""
     if deepspeed is None:
         return 0, 1
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))

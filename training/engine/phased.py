@@ -28,11 +28,16 @@ import torch
 
 from training.engine.checkpoint import Checkpointer, restore_rng, rng_state
 from training.engine.engines import data_parallel, mean_over_ranks, training_device
+from training.engine.sharding import gather_work
 from training.tasks.metrics import headline, split_metrics
 from training.tasks.thresholds import fit_threshold
 
 log = logging.getLogger(__name__)
 
+
+WORK_COUNTS = ("mlm_rows", "ka_rows", "refreshes", "refresh_windows", "refresh_tokens", "refresh_encode_seconds",
+               "refresh_seconds",
+               "surprise_sequences", "surprise_seconds")
 
 # train config fields a resumed run may change: where it runs is not what it computes
 RESUMABLE_CHANGES = ("device",)
@@ -69,6 +74,9 @@ class PhasedTrainer:
         self.history: dict[str, list[tuple[int, float]]] = defaultdict(list)
         self.best: dict | None = None  # keep_best: {"step", "score", "weights"} of the best dev evaluation
         self.rank, self.world = data_parallel(cfg.deepspeed)  # (0, 1) without DeepSpeed
+        # what this rank computed (training.engine.sharding): rows of batches it read, distinct
+        # windows and tokens it encoded in KR refreshes, sequences it scored for the surprise, and seconds
+        self.work: dict[str, float] = dict.fromkeys(WORK_COUNTS, 0)
         if cfg.deepspeed is None:
             model.to(training_device(cfg.device))  # before the engines: their optimizers hold these parameters
         elif cfg.device != "auto":
@@ -123,6 +131,7 @@ class PhasedTrainer:
             if kind != "final":
                 self.save_checkpoint()
         final["seconds"] = time.time() - t0
+        final["data_parallel"] = gather_work(self.work | {"fit_seconds": final["seconds"]}, self.rank, self.world)
         final["best_step"] = self.best["step"] if self.best is not None else None  # keep_best
         final["headline"] = headline(self.task)
         final["train_config"] = asdict(self.cfg)

@@ -17,6 +17,8 @@
 then only KA steps (the same number, evaluated at the same points). The end-to-end modes
 (``joint``, ``flattened``, ``record_view``) are in training.engine.end_to_end. Phases, checkpoints and
 resume are shared (training.engine.phased); the KR cache's version is part of the checkpoint.
+Under DeepSpeed with several ranks each rank refreshes its share of the distinct windows and scores its
+share of the sequences for the surprise, then all gather (training.engine.sharding).
 
 Choices where the paper is vague:
 * TVM:KA steps per round default to 2:1 (``tvm_ka_ratio``). The paper states "2:1 proportion"
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,7 +46,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from seqenc.fixup import fixup_key_aggregator
-from seqenc.inference import gather_keys, ka_probabilities, key_representations, to_model
+from seqenc.inference import gather_keys, ka_probabilities, to_model
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import SurpriseScorer, key_surprise
@@ -51,6 +54,7 @@ from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import make_engine, shard
 from training.engine.modes import END_TO_END, MODES, SELECTABLE
 from training.engine.phased import PhasedTrainer
+from training.engine.sharding import sharded_key_representations, sharded_key_surprise
 from training.tasks.data import MASK_UNITS, MLMBatches, class_weights
 from training.tasks.thresholds import DEFAULT_RULE, check_rule
 
@@ -178,6 +182,7 @@ class MaskedLMSteps:
             metrics = {}
             for _ in range(self.cfg.grad_accum):
                 batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
+                self.work["mlm_rows"] += len(batch[0])
                 losses = self.model.tvm.mlm_loss(*batch)
                 losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
                                   else (losses,)))
@@ -245,8 +250,20 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
         return None
 
     def refresh_cache(self, version: int) -> None:
-        """KR(k) of every key of every sequence, with the TVM in eval mode, via disk."""
-        kr = key_representations(self.model.tvm, self.data, self.tok.pad_id, progress=self.progress)
+        """KR(k) of every key of every sequence, with the TVM in eval mode, via disk. With several
+        data-parallel ranks each encodes its share of the distinct windows and all ranks gather
+        the whole cache (training.engine.sharding); ``work`` counts what this rank encoded."""
+        t0 = time.perf_counter()
+        kr, mine = sharded_key_representations(self.model.tvm, self.data, self.tok.pad_id, self.rank, self.world,
+                                               progress=self.progress)
+        self.work["refreshes"] += 1
+        self.work["refresh_windows"] += mine["windows"]
+        self.work["refresh_tokens"] += mine["tokens"]
+        self.work["refresh_encode_seconds"] += mine["encode_seconds"]
+        self.work["refresh_seconds"] += time.perf_counter() - t0
+        log.info("KR refresh v%d: rank %d of %d encoded %d distinct windows (%d tokens) of %d key rows in %.2f s",
+                 version, self.rank, self.world, mine["windows"], mine["tokens"], len(self.data.keys),
+                 time.perf_counter() - t0)
         save_file({"kr": kr.contiguous()}, str(self._cache_path(version)))
         self.kr_version = version
         self.kr = self._load_cache()
@@ -270,6 +287,7 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.ka_batch_size, len(train_idx)), replace=False)
                 batch = shard(batch, self.rank, self.world)
+                self.work["ka_rows"] += len(batch)
                 reprs, mask, labels, weights, head_input = to_model(
                     (*gather_keys(self.kr, offsets, batch), torch.as_tensor(self.y[batch]), self.weights,
                      self.model.ka.head_input(self.data, batch)), self.model.ka)
@@ -283,8 +301,17 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
         """Surprise statistics of every key row from the final TVM, scored by their tails on the
         normal *dev* sequences (seqenc.surprise: the TVM and KA have fitted the train sequences); from
         here on :meth:`probabilities` combines."""
-        self.surprise_stats = key_surprise(self.model.tvm, self.data, self.tok.mask_id, self.tok.val_sep_id,
-                                           self.tok.pad_id, self.tok.marker_kinds, progress=self.progress)
+        t0, tok = time.perf_counter(), self.tok
+        if self.world == 1:
+            self.surprise_stats = key_surprise(self.model.tvm, self.data, tok.mask_id, tok.val_sep_id, tok.pad_id,
+                                               tok.marker_kinds, progress=self.progress)
+        else:  # each rank its share of the sequences (training.engine.sharding)
+            self.surprise_stats = sharded_key_surprise(
+                self.model.tvm, self.data, np.arange(self.data.n_sequences), self.rank, self.world,
+                mask_id=tok.mask_id, val_sep_id=tok.val_sep_id, pad_id=tok.pad_id, markers=tok.marker_kinds,
+                progress=self.progress)
+        self.work["surprise_sequences"] += len(range(self.rank, self.data.n_sequences, self.world))
+        self.work["surprise_seconds"] += time.perf_counter() - t0
         dev = self.splits["dev"]
         ka_probs = ka_probabilities(self.model.ka, self.kr, self.data)
         self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, ka_probs, dev[self.y[dev] == 0])

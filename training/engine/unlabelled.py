@@ -39,7 +39,8 @@ Cost: the surprise masks values, one forward pass per masked copy of a window. `
 (default ``STRIDE``) masks every s-th value of a window at once (s copies per window instead of
 one per value; seqenc.surprise._masked_copies); only the sequences of the splits that are
 scored (dev, test and the reference; train too with ``score_train``) are computed, the other
-rows of ``probs`` are NaN.
+rows of ``probs`` are NaN. With several data-parallel ranks each scores its share of those
+sequences and all gather the statistics (training.engine.sharding).
 
 Phases (training.engine.phased, checkpoints and resume as the other trainers): TVM masked-LM
 pre-training, ``rounds`` further TVM phases of ``tvm_steps_per_round`` steps (as many TVM
@@ -51,6 +52,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 
 import numpy as np
@@ -58,10 +60,11 @@ import numpy as np
 from seqenc.model import TVMKA
 from seqenc.novel_values import NOVEL_KEY, NovelValues, skipped_ids
 from seqenc.sequences import TokenizedSequences
-from seqenc.surprise import STATS, SurpriseScorer, key_surprise
+from seqenc.surprise import STATS, SurpriseScorer
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import make_engine
 from training.engine.phased import PhasedTrainer
+from training.engine.sharding import sharded_key_surprise
 from training.engine.trainer import RVD_REPLACE_PROB, MaskedLMSteps
 from training.tasks.data import MLMBatches
 from training.tasks.kinds import KINDS
@@ -207,9 +210,13 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
     def fit_surprise(self) -> None:
         """Surprise statistics of the scored sequences from the final TVM; the scorer's tail
         lines fitted on the reference sequences, without a KA line (:meth:`fit_scorer`)."""
-        scored = self.scored()
-        stats = key_surprise(self.model.tvm, self.data.subset(scored), self.tok.mask_id, self.tok.val_sep_id,
-                             self.tok.pad_id, self.tok.marker_kinds, progress=self.progress, stride=self.stride)
+        scored, tok, t0 = self.scored(), self.tok, time.perf_counter()
+        # with several data-parallel ranks each scores its share of the sequences (training.engine.sharding)
+        stats = sharded_key_surprise(self.model.tvm, self.data, scored, self.rank, self.world, mask_id=tok.mask_id,
+                                     val_sep_id=tok.val_sep_id, pad_id=tok.pad_id, markers=tok.marker_kinds,
+                                     progress=self.progress, stride=self.stride)
+        self.work["surprise_sequences"] += len(range(self.rank, len(scored), self.world))
+        self.work["surprise_seconds"] += time.perf_counter() - t0
         self.surprise_stats = np.full((len(self.data.keys), len(STATS)), np.nan, dtype=np.float32)
         offsets = self.data.key_rows_of()
         rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in scored])
