@@ -10,7 +10,11 @@ STAMP  := $(VENV)/.installed
 TORCH_PIN   := $(shell sed -n 's/.*"torch==\([0-9.]*\)".*/\1/p' pyproject.toml)
 TORCH_INDEX ?=
 
-.PHONY: demo test lint clean
+# Debian packages the tests start servers from (tests/test_celery_cluster.py): installed when missing
+# and this is root (CI); otherwise a message says what to install.
+SERVICES := redis-server postgresql
+
+.PHONY: demo test lint clean services
 
 $(STAMP): pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -22,7 +26,14 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/seqenc demo --out $(OUT)
 
-test: $(STAMP)
+services:
+	@if ! command -v redis-server >/dev/null || ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SERVICES) >/dev/null; \
+	  else echo "make test: install the Debian packages $(SERVICES) (the Celery cluster test needs them)" >&2; fi; \
+	fi
+
+test: $(STAMP) services
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest
 

@@ -197,7 +197,8 @@ def test_bench_ingest_parallel_rows(tmp_path):
         assert row["lines_per_s"] > 0 and 0 < row["peak_rss_mb"] < 4096
     assert result["files"] == 4 and result["serial"]["read"] == 3000
     assert "drain3_loop_lines_per_s" not in result  # --no-loops
-    assert "| workers | lines/s |" in out.with_suffix(".md").read_text()
+    assert {row["executor"] for row in result["parallel"]} == {"process"}
+    assert "| executor | workers | lines/s |" in out.with_suffix(".md").read_text()
     assert out.with_suffix(".png").stat().st_size > 0
     with pytest.raises(SystemExit, match="--workers takes whole numbers separated by commas"):
         main(["bench", "ingest", "--lines", "10", "--workers", "1,x", "--json", str(out)])

@@ -30,6 +30,9 @@
   the same order, as the serial run's (a digest per part; the slots may differ where a later
   file generalised a template: parsers.parallel_ingest). ``speedup`` is against the serial run.
   ``--no-loops`` leaves out the two Drain3 loops (their uncached pass is slow on 10M lines).
+  Every row carries ``executor``: ``"process"`` (these worker processes). ``--executor celery``
+  adds ``"celery"`` rows: the same files through the seqenc_ingest DAG on a real Celery cluster,
+  one per worker count (training.bench.ingest_celery), next to the process rows of the same run.
 
 Choice: the contents are split from their headers *before* the loops' clocks start, so the
 loops are timed on masking and Drain3 only (conservative: it makes the ratios smaller).
@@ -141,14 +144,14 @@ def _run_child(*args: str) -> dict:
 
 
 def bench_ingest(n_lines: int, workdir: str | Path | None = None, seed: int = 0, workers: list[int] | None = None,
-                 loops: bool = True, files: int | None = None) -> dict:
+                 loops: bool = True, files: int | None = None, executor: str = "process") -> dict:
     """The single-file rows (ingest next to the Drain3 loops, unless ``loops`` is False) and,
     with ``workers``, the ``parallel`` rows (module docstring)."""
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         log = generate_lines(n_lines, Path(tmp) / "bench.log", seed)
         ours = _run_child("ingest", str(log), str(Path(tmp) / "root"))
         shutil.rmtree(Path(tmp) / "root", ignore_errors=True)
-        parallel = bench_parallel(log, workers, Path(tmp), files) if workers else None
+        parallel = bench_parallel(log, workers, Path(tmp), files, executor) if workers else None
         loop = _run_child("loop", str(log)) if loops else None
         cached = _run_child("loop-cached", str(log)) if loops else None
     result = _single_file(n_lines, ours, loop, cached)
@@ -200,7 +203,7 @@ def split_lines(log: Path, files: int, folder: Path) -> list[Path]:
     return [p for p in paths if p.stat().st_size]
 
 
-def _outcome(root: Path) -> dict:
+def _outcome(root: Path, source: str = "bench") -> dict:
     """The Drain3 state's clusters and a digest of each part's objects (sequence_id, step, template_id)."""
     import hashlib
 
@@ -210,9 +213,9 @@ def _outcome(root: Path) -> dict:
     from parsers.presets import PRESETS
     from parsers.storage import drain_state_path, objects_dir
 
-    miner = make_miner(PRESETS["hdfs"], drain_state_path(root, "bench"))
+    miner = make_miner(PRESETS["hdfs"], drain_state_path(root, source))
     digests = {}
-    for part in sorted(objects_dir(root, "bench").rglob("part-*.parquet")):
+    for part in sorted(objects_dir(root, source).rglob("part-*.parquet")):
         rows = pl.read_parquet(part, columns=["sequence_id", "step", "template_id"]).unique(maintain_order=True)
         hashes = rows.select(pl.struct(pl.all()).hash(seed=0)).to_series().to_numpy()
         digests[part.name] = hashlib.sha256(hashes.tobytes()).hexdigest()
@@ -238,29 +241,44 @@ def _child_files(kind: str, folder: str, root: str, workers: int) -> dict:
             "workers_peak_rss_mb": workers_peak}
 
 
-def bench_parallel(log: Path, workers: list[int], tmp: Path, files: int | None = None) -> dict:
+EXECUTORS = ("process", "celery")
+
+
+def _process_row(folder: Path, w: int, tmp: Path, serial: dict, n_lines: int) -> dict:
+    """The files through parsers.parallel_ingest with ``w`` worker processes, in a child."""
+    root = tmp / f"parallel-{w}"
+    out = _run_child("files", "parallel", str(folder), str(root), str(w))
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "executor": "process",
+        "workers": w,
+        "lines_per_s": round(n_lines / out["seconds"], 1),
+        "peak_rss_mb": round(out["workers_peak_rss_mb"], 1),
+        "same_templates": out["templates"] == serial["templates"],
+        "same_grouping": out["parts"] == serial["parts"],
+        "speedup": round(serial["seconds"] / out["seconds"], 3),
+        "seconds": round(out["seconds"], 2),
+        "coordinator_rss_mb": round(out["peak_rss_mb"], 1),
+        "read": out["read"],
+    }
+
+
+def bench_parallel(log: Path, workers: list[int], tmp: Path, files: int | None = None,
+                   executor: str = "process") -> dict:
     """The ``serial`` reference and one ``parallel`` row per worker count (module docstring)."""
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor must be one of {', '.join(EXECUTORS)}; got {executor!r}")
     files = files or 4 * max(workers)
     folder = tmp / "files"
     paths = split_lines(log, files, folder)
     n_lines = sum(1 for _ in log.open("rb"))
     serial = _run_child("files", "serial", str(folder), str(tmp / "serial"), "1")
-    rows = []
-    for w in workers:
-        root = tmp / f"parallel-{w}"
-        out = _run_child("files", "parallel", str(folder), str(root), str(w))
-        shutil.rmtree(root, ignore_errors=True)
-        rows.append({
-            "workers": w,
-            "lines_per_s": round(n_lines / out["seconds"], 1),
-            "peak_rss_mb": round(out["workers_peak_rss_mb"], 1),
-            "same_templates": out["templates"] == serial["templates"],
-            "same_grouping": out["parts"] == serial["parts"],
-            "speedup": round(serial["seconds"] / out["seconds"], 3),
-            "seconds": round(out["seconds"], 2),
-            "coordinator_rss_mb": round(out["peak_rss_mb"], 1),
-            "read": out["read"],
-        })
+    # the process rows always: with --executor celery they are its like-for-like peer, same files, same run
+    rows = [_process_row(folder, w, tmp, serial, n_lines) for w in workers]
+    if executor == "celery":
+        from training.bench.ingest_celery import celery_rows
+
+        rows += celery_rows(folder, workers, tmp, serial, n_lines, _outcome)
     shutil.rmtree(tmp / "serial", ignore_errors=True)
     return {"files": len(paths), "cpu_count": os.cpu_count(),
             "serial": {"lines_per_s": round(n_lines / serial["seconds"], 1), "seconds": round(serial["seconds"], 2),
@@ -280,10 +298,10 @@ def ingest_table(r: dict) -> str:
         s = r["serial"]
         out += ["", f"{r['lines']} lines in {r['files']} files, {r['cpu_count']} cores; serial ingest of the files: "
                 f"{s['lines_per_s']:.0f} lines/s, peak RSS {s['peak_rss_mb']:.0f} MB", "",
-                "| workers | lines/s | speedup vs serial | peak RSS per worker MB | same templates | same grouping |",
-                "|---:|---:|---:|---:|---|---|"]
-        out += [f"| {p['workers']} | {p['lines_per_s']:.0f} | {p['speedup']:.2f} | {p['peak_rss_mb']:.0f} | "
-                f"{p['same_templates']} | {p['same_grouping']} |" for p in r["parallel"]]
+                "| executor | workers | lines/s | speedup vs serial | peak RSS per worker MB | same templates "
+                "| same grouping |", "|---|---:|---:|---:|---:|---|---|"]
+        out += [f"| {p.get('executor', 'process')} | {p['workers']} | {p['lines_per_s']:.0f} | {p['speedup']:.2f} | "
+                f"{p['peak_rss_mb']:.0f} | {p['same_templates']} | {p['same_grouping']} |" for p in r["parallel"]]
     return "\n".join(out)
 
 
@@ -295,8 +313,11 @@ def plot_parallel(r: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    workers = [p["workers"] for p in r["parallel"]]
-    ax.plot(workers, [p["lines_per_s"] for p in r["parallel"]], "o-", label="parallel ingest (mine, merge, write)")
+    workers = sorted({p["workers"] for p in r["parallel"]})
+    labels = {"process": "worker processes (mine, merge, write)", "celery": "seqenc_ingest DAG on Celery workers"}
+    for executor in dict.fromkeys(p.get("executor", "process") for p in r["parallel"]):
+        rows = [p for p in r["parallel"] if p.get("executor", "process") == executor]
+        ax.plot([p["workers"] for p in rows], [p["lines_per_s"] for p in rows], "o-", label=labels[executor])
     ax.axhline(r["serial"]["lines_per_s"], color="grey", ls="--", label="serial ingest, file after file")
     ax.set_xlabel("worker processes")
     ax.set_ylabel("lines / s")

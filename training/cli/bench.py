@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from training.bench.ingest import EXECUTORS
 from training.bench.table_variants import DEFAULT_VARIANTS
 from training.cli.args import config_arg, positive_int
 
@@ -72,7 +73,10 @@ def cmd_bench_ingest(args) -> int:
     from training.bench.ingest import bench_ingest, ingest_table
 
     workers = _int_list(args.workers, "--workers") if args.workers else None
-    result = bench_ingest(args.lines, seed=args.seed, workers=workers, loops=not args.no_loops, files=args.files)
+    if args.executor != "process" and not workers:
+        raise ValueError(f"--executor {args.executor} runs the files on its workers: give --workers too, e.g. 1,2")
+    result = bench_ingest(args.lines, seed=args.seed, workers=workers, loops=not args.no_loops, files=args.files,
+                          executor=args.executor)
     _write_result(result, ingest_table, args.json)
     if workers:
         from training.bench.ingest import plot_parallel
@@ -114,6 +118,23 @@ def cmd_bench_score(args) -> int:
     out = Path(args.json)
     workdir = Path(args.workdir or out.with_suffix("")).resolve()
     _write_result(bench_score(settings, workdir, progress=not args.no_progress), score_table, out)
+    return 0
+
+
+def cmd_bench_train(args) -> int:
+    from training.bench.train_ranks import bench_train, plot_train, train_table
+
+    out = Path(args.json)
+    worlds = tuple(_int_list(args.worlds, "--worlds"))
+    if 1 not in worlds:
+        raise SystemExit(f"seqenc bench train: --worlds {args.worlds} must include 1 (the ratios are against one rank)")
+    result = bench_train(Path(args.workdir or out.with_suffix("")), size=args.size, worlds=worlds, seed=args.seed,
+                         threads=args.threads, config=config_arg(args.config),
+                         deepspeed=config_arg(args.deepspeed) or None)
+    _write_result(result, train_table, out)
+    png = out.with_suffix(".png")
+    plot_train(result, png)
+    print(f"wrote {png}")
     return 0
 
 
@@ -289,6 +310,10 @@ def add_bench_parser(sub) -> None:
                          "once per count, next to the serial ingest of the same files: the 'parallel' rows")
     bi.add_argument("--files", type=int, default=None,
                     help="files the lines are cut into for --workers (default 4 per worker of the largest count)")
+    bi.add_argument("--executor", choices=EXECUTORS, default="process",
+                    help="who runs the --workers rows: worker processes (default), or also the seqenc_ingest DAG "
+                         "on a local Celery cluster of that many workers (needs redis-server and PostgreSQL): "
+                         "rows with executor 'celery'")
     bi.add_argument("--no-loops", action="store_true",
                     help="leave out the Drain3 loop baselines (the uncached one is slow on millions of lines)")
     bi.set_defaults(func=cmd_bench_ingest)
@@ -311,6 +336,17 @@ def add_bench_parser(sub) -> None:
     bs.add_argument("--workdir", default=None, help="scratch folder: data, bundle, predictions (default: beside --json)")
     bs.add_argument("--no-progress", action="store_true")
     bs.set_defaults(func=cmd_bench_score)
+    br = bsub.add_parser("train", help="a training job (hdfs anomaly) on 1 data-parallel rank and on N (DeepSpeed, "
+                         "gloo on CPU): key rows each rank refreshes, refresh and trainer seconds, ratios")
+    br.add_argument("--json", required=True, help="output JSON (a .md table and a .png plot go beside it)")
+    br.add_argument("--size", default="tiny", help="built-in size of the data, model and training (default tiny)")
+    br.add_argument("--worlds", default="1,2", metavar="1,N,...", help="world sizes to run, 1 included")
+    br.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of each rank")
+    br.add_argument("--config", default=None, metavar="JSON", help="train overrides, as seqenc train --config")
+    br.add_argument("--deepspeed", default=None, metavar="JSON", help="DeepSpeed config (default ZeRO stage 0)")
+    br.add_argument("--seed", type=int, default=0)
+    br.add_argument("--workdir", default=None, help="data and jobs (default: beside --json)")
+    br.set_defaults(func=cmd_bench_train)
     bq = bsub.add_parser("sequences", help="value-sequence building over days of generated, ingested logs: in "
                          "buckets (the product path) vs one in-memory pass, peak RSS and seconds each")
     bq.add_argument("--json", required=True, help="output JSON (a .md table and a .png plot go beside it)")
