@@ -396,7 +396,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(json.dumps(cluster.describe(), indent=2))
     except (ClusterError, OSError, ValueError, subprocess.TimeoutExpired) as e:
-        print(f"celery-cluster: {str(e).splitlines()[0]} (logs: {cluster.logs})", file=sys.stderr)
+        logs = f" (logs: {cluster.logs})" if cluster.logs.is_dir() else ""
+        print(f"celery-cluster: {str(e).splitlines()[0]}{logs}", file=sys.stderr)
         return 1
     return 0
 
