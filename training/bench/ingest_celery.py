@@ -75,7 +75,7 @@ def celery_rows(folder: Path, workers: list[int], tmp: Path, serial: dict, n_lin
     """One ``parallel`` row per worker count (module docstring); ``serial`` is the reference's
     ``{"seconds", "templates", "parts"}``, ``outcome(root, source)`` reads a data root back."""
     from training.airflow import cluster_client
-    from training.airflow.local_cluster import LocalCluster
+    from training.airflow.local_cluster import ClusterError, LocalCluster
 
     rows = []
     for w in workers:
@@ -85,7 +85,10 @@ def celery_rows(folder: Path, workers: list[int], tmp: Path, serial: dict, n_lin
         for path in sorted(folder.glob("bench-*.log")):
             os.link(path, day / path.name)
         cluster = LocalCluster(tmp / f"cluster-{w}")
-        cluster.up(workers=w, workdir=str(work), no_schedules=True, extra_env={"OMP_NUM_THREADS": "1"})
+        try:
+            cluster.up(workers=w, workdir=str(work), no_schedules=True, extra_env={"OMP_NUM_THREADS": "1"})
+        except ClusterError as e:  # a user can fix it (install redis-server / postgresql): one line
+            raise ValueError(f"the Celery cluster did not start: {str(e).splitlines()[0]}") from e
         try:
             env = cluster.client_env()
             cluster_client.wait_for_dags(env, ["seqenc_ingest"])
@@ -94,7 +97,8 @@ def celery_rows(folder: Path, workers: list[int], tmp: Path, serial: dict, n_lin
             cluster.down()
         if run["run_state"] != "success" or not any(t.startswith("ingest_file[") for t in run["tis"]):
             bad = {t: ti["state"] for t, ti in run["tis"].items() if ti["state"] != "success"}
-            raise RuntimeError(f"the celery ingest with {w} workers failed: {bad} (logs: {cluster.logs})")
+            raise ValueError(f"the seqenc_ingest run on {w} Celery workers failed: {bad}; run the same files with "
+                             "docker/celery-cluster to keep the task logs")
         seconds = (datetime.fromisoformat(run["end"]) - datetime.fromisoformat(run["start"])).total_seconds()
         got = outcome(work / "data", SOURCE)
         rows.append({
