@@ -1,6 +1,6 @@
 """``seqenc train --deepspeed`` with two data-parallel ranks, started the way torchrun starts them
-(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), on CPU with gloo: rank 0 alone builds
-the value sequences, logs to MLflow and saves the model; both ranks train on their halves of
+(RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT), on CPU with gloo: rank 0 writes
+the value sequences (both build their halves), logs to MLflow and saves the model; both ranks train on their halves of
 every batch and end with the same weights."""
 
 from __future__ import annotations

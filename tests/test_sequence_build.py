@@ -130,3 +130,51 @@ def test_sequence_slices_cut_between_sequences_and_keep_every_row():
     assert pl.concat(slices).equals(frame)
     assert list(sequence_slices(frame, 10))[0].equals(frame)
     assert len(list(sequence_slices(frame.clear(), 2))) == 1  # an empty bucket is one empty slice
+
+
+@pytest.mark.parametrize("task,world", [("anomaly", 2), ("next_item", 3), ("hdfs_watch", 2)])
+def test_ranks_divide_the_build_and_write_the_files_of_one_rank(data, task, world, monkeypatch):
+    """Data-parallel ranks (here threads meeting at a real barrier, in place of torch.distributed's)
+    call stage_sequences together: each builds the S(k) and the windows of its own range of the
+    sorted ids, in buckets of 7 sequences; rank 0 writes the task's files, and they equal one
+    rank's -- splits, vocabulary, windows, item history. stats.json adds what each rank built."""
+    import threading
+
+    if task == "hdfs_watch":
+        monkeypatch.setattr("training.tasks.task_data.VOCAB_SEQUENCES", 20)
+    spec = resolve_task(data["catalog"], task)
+    alone = pipeline.stage_sequences(str(data["base"] / f"{task}-alone"), spec, "tiny", seed=1,
+                                     data_root=data["root"], chunk_sequences=7, progress=False)
+    meet = threading.Barrier(world, timeout=300)
+    monkeypatch.setattr("training.engine.deepspeed_engine.barrier", meet.wait)
+    work, results, errors = data["base"] / f"{task}-ranks", {}, []
+
+    def rank(r: int) -> None:
+        try:
+            results[r] = pipeline.stage_sequences(str(work), spec, "tiny", seed=1, data_root=data["root"],
+                                                  chunk_sequences=7, progress=False, rank=r, world=world)
+        except BaseException as e:  # noqa: BLE001 -- reported below
+            errors.append(e)
+            meet.abort()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(results[r] == {"rank": r} for r in range(1, world))
+    one, ranked = _files(Path(alone["dir"])), _files(Path(results[0]["dir"]))
+    assert one.keys() == ranked.keys()
+    import json
+
+    stats = json.loads(ranked.pop("stats.json"))
+    built = stats.pop("build_ranks")
+    assert stats == json.loads(one.pop("stats.json"))
+    for name, frame in one.items():
+        assert frame.equals(ranked[name]) if isinstance(frame, pl.DataFrame) else frame == ranked[name], name
+    n = one["splits.parquet"].height
+    assert [b["rank"] for b in built] == list(range(world))
+    assert sum(b["sequences"] for b in built) == n and max(b["sequences"] for b in built) == -(-n // world)
+    assert sum(b["windows"] for b in built) == one["windows.parquet"].height
+    assert not (work / "sequences" / f".{task}.ranks").exists()  # the scratch folder is removed

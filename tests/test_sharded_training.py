@@ -1,7 +1,8 @@
-"""Data parallelism that divides the work (training.engine.sharding): with two CPU ranks (gloo,
-started as torchrun starts them) each rank encodes half the key rows of every KR refresh and
-scores half the sequences of the final surprise, every rank ends with the whole cache, the
-metrics are one rank's, and the bundle rank 0 saves loads and scores."""
+"""Data parallelism that divides the work (training.engine.sharding, training.tasks.sequence_build):
+with two CPU ranks (gloo, started as torchrun starts them) each rank builds the value sequences of
+half the sequences, encodes half the distinct windows of every KR refresh and scores half the
+sequences of the final surprise; rank 0 writes one rank's sequence files, every rank ends with the
+whole cache, the metrics are one rank's, and the bundle rank 0 saves loads and scores."""
 
 from __future__ import annotations
 
@@ -74,6 +75,15 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
     assert [p["surprise_sequences"] for p in per_rank] == [-(-n_seq // 2), n_seq // 2]
     assert sum(p["mlm_rows"] for p in per_rank) == alone["work"]["mlm_rows"]  # the same batches, split
     assert all(p["refresh_seconds"] > 0 and p["fit_seconds"] > 0 for p in per_rank)
+
+    # the value sequences: each rank built half the sequences, and rank 0 wrote one rank's files
+    seqs = {name: w / "sequences" / "anomaly" for name, w in (("one", one), ("two", two))}
+    for name in ("windows.parquet", "splits.parquet"):
+        assert pl.read_parquet(seqs["one"] / name).equals(pl.read_parquet(seqs["two"] / name)), name
+    assert (seqs["one"] / "tokenizer.json").read_text() == (seqs["two"] / "tokenizer.json").read_text()
+    built = json.loads((seqs["two"] / "stats.json").read_text())["build_ranks"]
+    n_sequences = json.loads((seqs["one"] / "stats.json").read_text())["sequences"]
+    assert [b["sequences"] for b in built] == [-(-n_sequences // 2), n_sequences // 2]
 
     # every rank holds the whole cache: both ranks' last caches are equal, and the single run's up to rounding
     job = two / "models" / "anomaly" / "job"

@@ -27,9 +27,10 @@ rows of batches it read, and the seconds these took; :func:`gather_work` collect
 counts at the end of ``fit`` (``result["data_parallel"]``). They count this process's work: a
 resumed job counts from the resume.
 
-Rank 0 alone still builds the value sequences (training.pipeline.stages.run_train), and every
-rank reads the whole windows file: the KA's evaluation reads any sequence's KRs and the MLM
-batches are drawn from all train windows (see the first point).
+The value sequences are built by every rank, each its range of the sorted sequence ids (steps
+1 and 4 of training.tasks.sequence_build; rank 0 does the split and the vocabulary and writes the
+files). Every rank then reads the whole windows file: the KA's evaluation reads any sequence's
+KRs and the MLM batches are drawn from all train windows (see the first point).
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from training.tasks.metrics import (
     plot_score_histogram,
     predict,
 )
-from training.tasks.sequence_build import CHUNK_SEQUENCES, build_sequences
+from training.tasks.sequence_build import CHUNK_SEQUENCES, Ranks, build_sequences
 from training.tasks.spec import TaskSpec, specs_of
 from training.tasks.task_data import (
     UNLABELLED,
@@ -145,7 +145,8 @@ def sequences_dir(workdir: str | Path, task_name: str) -> Path:
 def stage_sequences(workdir: str, task: TaskSpec, size: str | None = None, seed: int = 0,
                     ingest_date: str | list[str] | None = None, pretrained: str | None = None,
                     data_root: str | None = None, split: str | None = None, model_overrides: dict | None = None,
-                    chunk_sequences: int = CHUNK_SEQUENCES, progress: bool = True) -> dict:
+                    chunk_sequences: int = CHUNK_SEQUENCES, progress: bool = True, rank: int = 0,
+                    world: int = 1) -> dict:
     """S(k) of the task's sequences (every sequence of its source for an ``anomaly`` task, the
     labelled ones otherwise), a train/dev/test split, a WordPiece vocabulary from train (or the
     pre-trained checkpoint's when ``pretrained`` is given), and ``task.json``: the task (resolved
@@ -159,7 +160,11 @@ def stage_sequences(workdir: str, task: TaskSpec, size: str | None = None, seed:
     or ``"time"`` (training.tasks.task_data.assign_splits). The files are written to a folder beside
     the task's and swapped in when all are written: a failed run leaves the previous outputs.
     The input is read lazily and built ``chunk_sequences`` sequences at a time
-    (training.tasks.sequence_build): memory follows that, not the number of days read."""
+    (training.tasks.sequence_build): memory follows that, not the number of days read.
+
+    ``rank`` / ``world``: data-parallel ranks (``seqenc train --deepspeed``) call it together and
+    divide the building (training.tasks.sequence_build.Ranks: a scratch folder beside the
+    task's); rank 0 writes the files and returns the stats, the others return ``{"rank": r}``."""
     split = split or task.split
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
@@ -168,9 +173,22 @@ def stage_sequences(workdir: str, task: TaskSpec, size: str | None = None, seed:
     model_cfg = {**size_settings(resolve_size(size, task.size))["model"],
                  **task.kind_spec.model_settings({**task.config.get("model", {}), **(model_overrides or {})})}
     final = sequences_dir(workdir, task.name)
+    ranks = None
+    if world > 1:
+        from training.engine.deepspeed_engine import barrier
+
+        ranks = Ranks(rank, world, barrier, final.with_name(f".{final.name}.ranks"))
+        if rank == 0:  # empty before any rank writes into it
+            shutil.rmtree(ranks.scratch, ignore_errors=True)
+            ranks.scratch.mkdir(parents=True)
+        barrier()
+        if rank != 0:
+            build_sequences(None, task, inp, split, seed, model_cfg, pretrained, ingest_date, chunk_sequences,
+                            progress=False, ranks=ranks)
+            return {"rank": rank}
     with atomic.replacing_dir(final) as out:  # swapped in whole at the end
         stats = build_sequences(out, task, inp, split, seed, model_cfg, pretrained, ingest_date,
-                                chunk_sequences, progress=progress)
+                                chunk_sequences, progress=progress, ranks=ranks)
     return {"dir": str(final), "stats": stats}
 
 
@@ -382,9 +400,9 @@ def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int =
         raise ValueError(f"unknown config sections {sorted(unknown)}; use 'model' and 'train'")
     deepspeed = config.get("train", {}).get("deepspeed")
     rank, world = data_parallel(deepspeed)
-    if rank == 0:
-        stage_sequences(workdir, task, size, seed, pretrained=pretrained, model_overrides=config.get("model"),
-                        data_root=data_root)
+    # every rank builds its share of the value sequences; rank 0 writes the task's files
+    stage_sequences(workdir, task, size, seed, pretrained=pretrained, model_overrides=config.get("model"),
+                    data_root=data_root, progress=progress, rank=rank, world=world)
     if world > 1:  # the other ranks read what rank 0 wrote (value sequences, vocabulary, splits)
         from training.engine.deepspeed_engine import barrier
 

@@ -20,6 +20,14 @@ memory follows ``chunk_sequences`` sequences, not the week:
 The buckets are contiguous ranges of the sorted ids and S(k) rows are sorted by sequence and key
 within a bucket, so every file equals what one in-memory pass over all sequences writes (the
 test builds both and compares them): the bucket size changes memory, never the result.
+
+**Several data-parallel ranks** (:class:`Ranks`: ``seqenc train --deepspeed`` with WORLD_SIZE > 1)
+divide steps 1 and 4, the costly ones: rank ``r`` takes the ``r``-th contiguous range of the
+sorted ids, builds its S(k) (step 1, reading only its sequences' objects) and later tokenises
+them (step 4), each into a folder of its own under a scratch folder the ranks share. Rank 0 does
+steps 2 and 3 over every rank's S(k) (the split and the vocabulary need all train sequences) and
+at the end appends the ranks' windows in rank order -- the ranges are contiguous, so the files
+equal one rank's. The others wait at the barriers between the steps.
 What reads the files afterwards (training) loads the windows it trains on; a task's
 ``max_sequences`` bounds that.
 """
@@ -28,8 +36,11 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -103,14 +114,30 @@ class ValueSequenceParts:
                 yield pl.read_parquet(path)
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place among data-parallel ranks that build one task's files together:
+    ``barrier`` waits for every rank; ``scratch`` is a folder every rank sees (under the work
+    directory), empty when the build starts."""
+
+    rank: int
+    world: int
+    barrier: Callable[[], None]
+    scratch: Path
+
+
 def collect_parts(inp: TaskInput, task: Task, directory: Path, chunk_sequences: int = CHUNK_SEQUENCES,
-                  progress: bool = True) -> ValueSequenceParts:
-    """Step 1 of the module docstring: the S(k) of ``inp``'s sequences, by bucket, under ``directory``."""
-    ids = inp.sequence_ids.sort()
-    if ids.len() <= chunk_sequences:
-        return ValueSequenceParts(frames=[value_sequences(inp.objects.collect(), task)])
+                  progress: bool = True, ids: pl.Series | None = None, spill: bool = False) -> ValueSequenceParts:
+    """Step 1 of the module docstring: the S(k) of ``inp``'s sequences (``ids``, sorted: only
+    those), by bucket, under ``directory``; ``spill``: as files even when one bucket holds them."""
+    objects = inp.objects if ids is None else inp.objects.filter(pl.col("sequence_id").is_in(ids.implode()))
+    ids = inp.sequence_ids.sort() if ids is None else ids
+    if ids.len() == 0:  # a rank with no sequences (fewer sequences than ranks)
+        return ValueSequenceParts(files=[])
+    if ids.len() <= chunk_sequences and not spill:
+        return ValueSequenceParts(frames=[value_sequences(objects.collect(), task)])
     files = []
-    chunks = sequence_chunks(inp.objects, ids, chunk_sequences, directory / "objects")
+    chunks = sequence_chunks(objects, ids, chunk_sequences, directory / "objects")
     for b, objects in enumerate(tqdm(chunks, total=-(-ids.len() // chunk_sequences), unit="chunk",
                                      desc=f"value sequences of {ids.len()} sequences", disable=not progress)):
         path = directory / f"value-sequences-{b:06d}.parquet"
@@ -121,38 +148,55 @@ def collect_parts(inp: TaskInput, task: Task, directory: Path, chunk_sequences: 
 
 def build_sequences(out: Path, task: TaskSpec, inp: TaskInput, split: str, seed: int, model_cfg: dict,
                     pretrained: str | None = None, ingest_date=None, chunk_sequences: int = CHUNK_SEQUENCES,
-                    spill_dir: str | Path | None = None, progress: bool = True) -> dict:
+                    spill_dir: str | Path | None = None, progress: bool = True, ranks: Ranks | None = None) -> dict:
     """The files of ``stage_sequences`` into ``out`` (``splits.parquet``, ``tokenizer.json``,
     ``windows.parquet``, ``task.json``, ``input.json``, ``stats.json``, and a next_item task's
     ``item_history.parquet``); returns the stats. ``spill_dir``: where the bucket folder goes
-    (default: the system's temporary folder)."""
+    (default: the system's temporary folder). With ``ranks`` of world > 1 every rank calls it
+    (``out`` is rank 0's; the others write only under ``ranks.scratch``) and only rank 0's
+    return value is the stats (module docstring)."""
     if chunk_sequences < 1:
         raise ValueError(f"chunk_sequences must be >= 1, got {chunk_sequences}")
+    if ranks is not None and ranks.world > 1:
+        return _build_ranked(out, task, inp, split, seed, model_cfg, pretrained, ingest_date, chunk_sequences,
+                             progress, ranks)
     with tempfile.TemporaryDirectory(prefix="seqenc-sequences-", dir=spill_dir) as tmp:
         parts = collect_parts(inp, task, Path(tmp), chunk_sequences, progress)
-        sequence_ids = parts.sequence_ids
-        if not sequence_ids:
-            raise ValueError(f"task {task.name}: every key of source {task.source!r} is excluded (exclude_keys / "
-                             "keep_keys); keep at least one")
-        y = label_vector(sequence_ids, inp.labels, inp.classes, task)
-        split_of = assign_splits(sequence_ids, y, split, seed, task, inp.objects, inp.groups, inp.given_splits)
-        by_id = dict(zip(inp.labels["sequence_id"].to_list(), inp.labels["label"].cast(pl.String).to_list()))
-        split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of,
-                                 "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
-        split_df.write_parquet(out / "splits.parquet")
-
-        train_ids = split_df["sequence_id"].filter(split_df["split"] == "train")
-        n_sequences = len(sequence_ids)
-        # the per-sequence lists (a week: 4.5M Python strings, ~400 MB) are done with; free them
-        # before the tokenizer's fit, which holds the train ids and its word counts: with them
-        # alive that step was a week build's peak (2,014 MB)
-        del sequence_ids, split_of, by_id, split_df
-        parts.sequence_ids = []
-        tok = _fit_tokenizer(train_ids, parts, model_cfg, pretrained)
-        tok.save(out / "tokenizer.json")
-        del train_ids
+        tok, n_sequences, y = _split_and_vocabulary(out, task, inp, split, seed, model_cfg, pretrained, parts)
         stats = _write_windows(out, parts, tok, model_cfg, task, inp.classes, progress)
+    return _finish(out, task, inp, ingest_date, tok, n_sequences, y, stats)
 
+
+def _split_and_vocabulary(out: Path, task: TaskSpec, inp: TaskInput, split: str, seed: int, model_cfg: dict,
+                          pretrained: str | None, parts: ValueSequenceParts):
+    """Steps 2 and 3: ``splits.parquet`` and ``tokenizer.json`` into ``out``; returns the
+    tokenizer, the number of sequences and their label vector."""
+    sequence_ids = parts.sequence_ids
+    if not sequence_ids:
+        raise ValueError(f"task {task.name}: every key of source {task.source!r} is excluded (exclude_keys / "
+                         "keep_keys); keep at least one")
+    y = label_vector(sequence_ids, inp.labels, inp.classes, task)
+    split_of = assign_splits(sequence_ids, y, split, seed, task, inp.objects, inp.groups, inp.given_splits)
+    by_id = dict(zip(inp.labels["sequence_id"].to_list(), inp.labels["label"].cast(pl.String).to_list()))
+    split_df = pl.DataFrame({"sequence_id": sequence_ids, "split": split_of,
+                             "label": [by_id.get(s) for s in sequence_ids]}, schema_overrides={"label": pl.String})
+    split_df.write_parquet(out / "splits.parquet")
+
+    train_ids = split_df["sequence_id"].filter(split_df["split"] == "train")
+    n_sequences = len(sequence_ids)
+    # the per-sequence lists (a week: 4.5M Python strings, ~400 MB) are done with; free them
+    # before the tokenizer's fit, which holds the train ids and its word counts: with them
+    # alive that step was a week build's peak (2,014 MB)
+    del sequence_ids, split_of, by_id, split_df
+    parts.sequence_ids = []
+    tok = _fit_tokenizer(train_ids, parts, model_cfg, pretrained)
+    tok.save(out / "tokenizer.json")
+    return tok, n_sequences, y
+
+
+def _finish(out: Path, task: TaskSpec, inp: TaskInput, ingest_date, tok, n_sequences: int, y: np.ndarray,
+            stats: dict) -> dict:
+    """``task.json``, ``input.json`` and ``stats.json``; returns the stats."""
     write_task(out, task, inp.classes)
     dates = None if ingest_date is None else sorted(
         storage.ingest_date_str(d) for d in (ingest_date if isinstance(ingest_date, (list, tuple)) else [ingest_date]))
@@ -169,6 +213,59 @@ def build_sequences(out: Path, task: TaskSpec, inp: TaskInput, split: str, seed:
             stats["unlabelled"] = int((y < 0).sum())
     (out / "stats.json").write_text(json.dumps(stats, indent=2))
     return stats
+
+
+def _build_ranked(out: Path, task: TaskSpec, inp: TaskInput, split: str, seed: int, model_cfg: dict,
+                  pretrained: str | None, ingest_date, chunk_sequences: int, progress: bool, ranks: Ranks) -> dict:
+    """:func:`build_sequences` divided between ``ranks`` (module docstring)."""
+    from seqenc.tokenizer import ValueTokenizer
+
+    r, world = ranks.rank, ranks.world
+    mine_dir = ranks.scratch / f"rank-{r}"
+    mine_dir.mkdir(parents=True, exist_ok=True)
+    ids = inp.sequence_ids.sort()
+    per = -(-ids.len() // world)
+    t0 = time.perf_counter()
+    mine = collect_parts(inp, task, mine_dir, chunk_sequences, progress and r == 0, ids=ids.slice(r * per, per),
+                         spill=True)  # step 1 on this rank's id range, into files rank 0 reads
+    work = {"rank": r, "sequences": len(mine.sequence_ids), "value_sequence_seconds": time.perf_counter() - t0}
+    ranks.barrier()
+    if r == 0:  # steps 2 and 3 over every rank's S(k), in rank order = sorted id order
+        every = ValueSequenceParts(files=[f for q in range(world)
+                                          for f in sorted((ranks.scratch / f"rank-{q}").glob("value-sequences-*.parquet"))])
+        tok, n_sequences, y = _split_and_vocabulary(out, task, inp, split, seed, model_cfg, pretrained, every)
+        tok.save(ranks.scratch / "tokenizer.json")
+    ranks.barrier()
+    tok = ValueTokenizer.from_file(ranks.scratch / "tokenizer.json")
+    t0 = time.perf_counter()
+    stats = _write_windows(mine_dir, mine, tok, model_cfg, task, inp.classes, progress and r == 0)  # step 4
+    work.update(windows=stats["windows"], window_seconds=time.perf_counter() - t0)
+    (mine_dir / "stats.json").write_text(json.dumps({"stats": stats, "work": work}))
+    ranks.barrier()
+    if r != 0:
+        return {}
+    done = [json.loads((ranks.scratch / f"rank-{q}" / "stats.json").read_text()) for q in range(world)]
+    for name in ("windows.parquet", "item_history.parquet"):
+        _concatenate([ranks.scratch / f"rank-{q}" / name for q in range(world)], out / name)
+    stats = {k: sum(d["stats"][k] for d in done) for k in STAT_SUMS}
+    result = _finish(out, task, inp, ingest_date, tok, n_sequences, y, stats)
+    result["build_ranks"] = [d["work"] for d in done]  # what each rank built (stats.json holds it too)
+    (out / "stats.json").write_text(json.dumps(result, indent=2))
+    log.info("value sequences built by %d ranks: %s", world, result["build_ranks"])
+    shutil.rmtree(ranks.scratch, ignore_errors=True)
+    return result
+
+
+def _concatenate(files: list[Path], path: Path) -> None:
+    """The Parquet ``files`` that exist, one after the other, into ``path`` (none: nothing written)."""
+    files = [f for f in files if f.exists()]
+    if not files:
+        return
+    with pq.ParquetWriter(path, pq.read_schema(files[0])) as writer:
+        for f in files:
+            source = pq.ParquetFile(f)
+            for g in range(source.num_row_groups):
+                writer.write_table(source.read_row_group(g))
 
 
 def _fit_tokenizer(train: pl.Series, parts: ValueSequenceParts, model_cfg: dict, pretrained: str | None):
