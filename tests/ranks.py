@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,21 +28,31 @@ def run_ranks(cmd: list[str], cwd, world: int = 2, timeout: float = 600, env: di
     import torch
 
     on_cpu = {} if torch.cuda.device_count() >= world else {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
-    workers = []
+    workers, logs = [], []
     for rank in range(world):
         worker_env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
         worker_env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
                            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
                            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
                            **on_cpu, **(env or {})})
-        workers.append(subprocess.Popen(cmd, cwd=cwd, env=worker_env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True))
+        log = (Path(cwd) / f".rank-{rank}-of-{world}-{port}.log").open("w+")  # a file, not a pipe: a rank
+        logs.append(log)  # blocked on a full pipe while another waits for it at a barrier would hang both
+        workers.append(subprocess.Popen(cmd, cwd=cwd, env=worker_env, stdout=log, stderr=subprocess.STDOUT, text=True))
     outputs = []
-    for worker in workers:
-        try:
-            outputs.append(worker.communicate(timeout=timeout)[0])
-        finally:
-            worker.kill()
+    deadline = time.monotonic() + timeout
+    try:
+        for worker in workers:
+            worker.wait(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        for log in logs:
+            log.seek(0)
+            outputs.append(log.read())
+            log.close()
+            Path(log.name).unlink()
     for rank, (worker, out) in enumerate(zip(workers, outputs)):
         assert worker.returncode == 0, f"rank {rank} failed:\n{out[-5000:]}"
     return outputs

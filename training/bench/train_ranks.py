@@ -60,31 +60,60 @@ def _printed(stdout: str) -> dict:
 
 
 def run_world(cmd: list[str], world: int, threads: int, timeout: float) -> tuple[list[dict], float]:
-    """``cmd`` as ranks 0..world-1 at once: (each rank's printed JSON, wall seconds)."""
+    """``cmd`` as ranks 0..world-1 at once: (each rank's printed JSON, wall seconds). Each rank's
+    output goes to a file (a rank blocked on a full pipe while another waits for it at a barrier
+    would hang both); a rendezvous port taken between picking and binding it is tried once more."""
+    for attempt in (1, 2):
+        try:
+            return _run_world_once(cmd, world, threads, timeout)
+        except _PortTaken:
+            if attempt == 2:
+                raise RuntimeError(f"the rendezvous port of {world} ranks was taken twice; run again") from None
+            log.warning("the rendezvous port was taken before rank 0 bound it; starting the ranks again")
+    raise AssertionError("unreachable")
+
+
+class _PortTaken(RuntimeError):
+    pass
+
+
+def _run_world_once(cmd: list[str], world: int, threads: int, timeout: float) -> tuple[list[dict], float]:
+    import tempfile
+
     import torch
 
     port = str(_free_port())
     on_cpu = {} if torch.cuda.device_count() >= world else {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
-    t0 = time.perf_counter()
-    workers = []
-    for rank in range(world):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-        env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                    "MASTER_PORT": port, "OMP_NUM_THREADS": str(threads),
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                    **on_cpu})
-        workers.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = []
-    try:
-        for worker in workers:
-            outs.append(worker.communicate(timeout=timeout))
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-    wall = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory(prefix="seqenc-ranks-") as tmp:
+        t0 = time.perf_counter()
+        workers, files = [], []
+        for rank in range(world):
+            env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
+            env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": str(threads),
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+                        **on_cpu})
+            out, err = Path(tmp, f"rank-{rank}.out").open("w"), Path(tmp, f"rank-{rank}.err").open("w")
+            files.append((out, err))
+            workers.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True))
+        try:
+            deadline = time.monotonic() + timeout
+            for worker in workers:
+                worker.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            for worker in workers:
+                if worker.poll() is None:
+                    worker.kill()
+                    worker.wait()
+            for out, err in files:
+                out.close()
+                err.close()
+        wall = time.perf_counter() - t0
+        outs = [(Path(tmp, f"rank-{r}.out").read_text(), Path(tmp, f"rank-{r}.err").read_text()) for r in range(world)]
     for rank, (worker, (_, err)) in enumerate(zip(workers, outs)):
         if worker.returncode != 0:
+            if "address already in use" in err.lower():
+                raise _PortTaken(err[-500:])
             raise RuntimeError(f"rank {rank} of {world} failed (exit {worker.returncode}):\n{err[-3000:]}")
     return [_printed(out) for out, _ in outs], wall
 
