@@ -35,24 +35,15 @@ import json
 import logging
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DEEPSPEED = {"zero_optimization": {"stage": 0}}
 COUNTS = ("refresh_windows", "refresh_tokens", "refresh_encode_seconds", "refresh_seconds", "surprise_sequences",
           "surprise_seconds", "mlm_rows", "ka_rows", "fit_seconds")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _printed(stdout: str) -> dict:
@@ -78,44 +69,17 @@ class _PortTaken(RuntimeError):
 
 
 def _run_world_once(cmd: list[str], world: int, threads: int, timeout: float) -> tuple[list[dict], float]:
-    import tempfile
+    from training.engine.launch import launch_ranks
 
-    import torch
-
-    port = str(_free_port())
-    on_cpu = {} if torch.cuda.device_count() >= world else {"CUDA_VISIBLE_DEVICES": "", "DS_ACCELERATOR": "cpu"}
-    with tempfile.TemporaryDirectory(prefix="seqenc-ranks-") as tmp:
-        t0 = time.perf_counter()
-        workers, files = [], []
-        for rank in range(world):
-            env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
-            env.update({"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port, "OMP_NUM_THREADS": str(threads),
-                        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-                        **on_cpu})
-            out, err = Path(tmp, f"rank-{rank}.out").open("w"), Path(tmp, f"rank-{rank}.err").open("w")
-            files.append((out, err))
-            workers.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True))
-        try:
-            deadline = time.monotonic() + timeout
-            for worker in workers:
-                worker.wait(timeout=max(1.0, deadline - time.monotonic()))
-        finally:
-            for worker in workers:
-                if worker.poll() is None:
-                    worker.kill()
-                    worker.wait()
-            for out, err in files:
-                out.close()
-                err.close()
-        wall = time.perf_counter() - t0
-        outs = [(Path(tmp, f"rank-{r}.out").read_text(), Path(tmp, f"rank-{r}.err").read_text()) for r in range(world)]
-    for rank, (worker, (_, err)) in enumerate(zip(workers, outs)):
-        if worker.returncode != 0:
-            if "address already in use" in err.lower():
-                raise _PortTaken(err[-500:])
-            raise RuntimeError(f"rank {rank} of {world} failed (exit {worker.returncode}):\n{err[-3000:]}")
-    return [_printed(out) for out, _ in outs], wall
+    t0 = time.perf_counter()
+    results = launch_ranks(cmd, world, env={"OMP_NUM_THREADS": str(threads)}, timeout=timeout)
+    wall = time.perf_counter() - t0
+    for r in results:
+        if r.returncode != 0:
+            if "address already in use" in r.stderr.lower():
+                raise _PortTaken(r.stderr[-500:])
+            raise RuntimeError(f"rank {r.rank} of {world} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
+    return [_printed(r.stdout) for r in results], wall
 
 
 def bench_train(workdir: str | Path, size: str = "tiny", worlds: tuple[int, ...] = (1, 2), seed: int = 0,
