@@ -7,16 +7,16 @@ other tests or into ~/airflow. The code run there prints one ``MARK <json>`` lin
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
+
+from training.airflow import cluster_client
 
 REPO = Path(__file__).resolve().parents[1]
 DAGS = REPO / "dags"
-MARK = "RESULT-JSON:"
+MARK = cluster_client.MARK
 
 
 def airflow_env(home: Path, extra: dict | None = None) -> dict:
@@ -35,14 +35,7 @@ def airflow_env(home: Path, extra: dict | None = None) -> dict:
 
 def run_python(code: str, env: dict, timeout: float) -> dict:
     """Run ``code`` in a fresh interpreter; returns the JSON it printed after MARK (plus ``_output``)."""
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
-    assert proc.returncode == 0 and lines, f"subprocess failed (rc={proc.returncode}):\n{out[-6000:]}"
-    result = json.loads(lines[-1][len(MARK):])
-    result["_output"] = out
-    return result
+    return cluster_client.run_python(code, env, timeout)
 
 
 def migrate(env: dict) -> None:
@@ -82,3 +75,20 @@ def run_dag(dag_id: str, conf: dict, env: dict, logical_date: str = "2025-03-01T
         print({MARK!r} + json.dumps({{"run_state": str(dr.state), "states": states, "xcoms": xcoms,
                                       "interval": interval}}, default=str))
     """, env, timeout=timeout)
+
+
+def plant_stale_part(root: Path, source: str, day: str, copy_of: str) -> Path:
+    """A part of ``day``'s partition that no landing file produces any more (a file removed
+    since), listed in the partition's manifest as an earlier landing run would have written it:
+    re-running the interval must drop it. Returns its path."""
+    import json
+    import shutil
+
+    from parsers import storage
+
+    stale = storage.objects_path(root, source, day, "removed-since.log")
+    shutil.copy(storage.objects_path(root, source, day, copy_of), stale)
+    manifest = stale.parent / "_manifest.json"
+    listed = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**listed, "parts": listed["parts"] + [stale.name]}))
+    return stale

@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 import psutil
 import pytest
-from airflow_run import airflow_env, migrate, run_dag
+from airflow_run import airflow_env, migrate, plant_stale_part, run_dag
 
 from parsers import storage
 from parsers.logs import make_miner
@@ -91,13 +91,7 @@ def runs(tmp_path_factory):
         out["ingest"] = wait_run(env, "seqenc_ingest", "ingest-1")
         _ok(out["ingest"])
         out["first"] = {s: storage.read_objects(work / "data", s, DAY) for s in SOURCES}
-        # a part no landing file produces any more (a file removed since): re-running the interval drops it
-        stale = storage.objects_path(work / "data", "hdfs", DAY, "removed-since.log")
-        shutil.copy(storage.objects_path(work / "data", "hdfs", DAY, "hdfs-0.log"), stale)
-        manifest = stale.parent / "_manifest.json"
-        manifest.write_text(json.dumps({**json.loads(manifest.read_text()),
-                                        "parts": json.loads(manifest.read_text())["parts"] + [stale.name]}))
-        out["stale"] = stale
+        out["stale"] = plant_stale_part(work / "data", "hdfs", DAY, "hdfs-0.log")  # re-running must drop it
         airflow(env, "tasks", "clear", "seqenc_ingest", "--start-date", DAY, "--end-date", "2025-03-03", "--yes")
         out["rerun"] = wait_run(env, "seqenc_ingest", "ingest-1")
         for dag_id, run_id in (("seqenc_nightly_training", "nightly-1"), ("seqenc_batch_score", "score-1")):
@@ -182,7 +176,7 @@ def test_bench_ingest_adds_celery_rows(tmp_path):
     assert "| celery | 2 |" in out.with_suffix(".md").read_text()
 
 
-def _netns_pair(tmp_path) -> tuple[str, str, str] | None:
+def _netns_pair() -> tuple[str, str, str] | None:
     """A network namespace joined to this one by a veth pair: (namespace, our address, its
     address), or None where namespaces cannot be made here (not root, no iproute2)."""
     if os.geteuid() != 0 or not shutil.which("ip"):
@@ -211,7 +205,7 @@ def test_a_worker_on_another_host_takes_tasks(tmp_path):
     scheduler and one worker on an address of a veth pair; a second network namespace (its own
     loopback, its own interfaces) runs the other worker, which reaches them only over that link.
     The files are shared, as an NFS mount would share them. Mapped ingest tasks run on both."""
-    pair = _netns_pair(tmp_path)
+    pair = _netns_pair()
     if pair is None:
         if os.environ.get("CI") == "true":
             pytest.fail("CI runs as root with iproute2: network namespaces must work there")

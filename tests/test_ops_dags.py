@@ -9,13 +9,12 @@ same interval: the second leaves the same rows, and a model that is no better st
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import mlflow
 import polars as pl
 import pytest
-from airflow_run import DAGS, airflow_env, migrate, run_dag, run_python
+from airflow_run import DAGS, airflow_env, migrate, plant_stale_part, run_dag, run_python
 
 from parsers import storage
 from parsers.synthetic import generate_hdfs_logs, generate_session_events
@@ -60,14 +59,7 @@ def ops(tmp_path_factory):
     conf = {"workdir": str(workdir)}
     out["ingest1"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
     out["objects1"] = {s: storage.read_objects(workdir / "data", s, DAY) for s in ("hdfs", "sessions")}
-    # a part no landing file produces any more (a file removed since): the re-run must drop it
-    # (written by an earlier landing run: its manifest lists it)
-    stale = storage.objects_path(workdir / "data", "hdfs", DAY, "removed-since.log")
-    shutil.copy(storage.objects_path(workdir / "data", "hdfs", DAY, "hdfs.log"), stale)
-    manifest_path = stale.parent / "_manifest.json"
-    manifest = json.loads(manifest_path.read_text())
-    manifest_path.write_text(json.dumps({**manifest, "parts": manifest["parts"] + [stale.name]}))
-    out["stale"] = stale
+    out["stale"] = plant_stale_part(workdir / "data", "hdfs", DAY, "hdfs.log")  # the re-run must drop it
     out["ingest2"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
 
     nightly = {"workdir": str(workdir), "tasks": ["anomaly"], "size": "tiny", "window_days": 3, "date": DAY}

@@ -31,19 +31,23 @@ def airflow(env: dict, *args: str, timeout: float = 180) -> str:
     return proc.stdout
 
 
-def _python(code: str, env: dict, timeout: float) -> dict:
+def run_python(code: str, env: dict, timeout: float) -> dict:
+    """Run ``code`` in a fresh interpreter with ``env``; returns the JSON it printed after
+    ``MARK`` (its last such line), with the whole output under ``_output``; a RuntimeError with
+    the output's tail when it failed or printed none."""
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
     if proc.returncode or not lines:
-        raise RuntimeError(f"cluster query failed (rc={proc.returncode}):\n{(proc.stdout + proc.stderr)[-4000:]}")
-    return json.loads(lines[-1][len(MARK):])
+        raise RuntimeError(f"the Airflow client code failed (rc={proc.returncode}):\n{out[-6000:]}")
+    return {**json.loads(lines[-1][len(MARK):]), "_output": out}
 
 
 def wait_for_dags(env: dict, dag_ids: list[str], timeout: float = 300) -> list[str]:
     """Until the DAG processor has stored ``dag_ids`` in the metadata database; a RuntimeError on
     an import error or at ``timeout``. Returns every DAG id found."""
-    return _python(f"""
+    return run_python(f"""
         import json, time
         from airflow.models.dag import DagModel
         from airflow.models.errors import ParseImportError
@@ -75,7 +79,7 @@ def wait_run(env: dict, dag_id: str, run_id: str, timeout: float = 900) -> dict:
     """Wait until the run ends (or ``timeout``); returns ``run_state``, the run's ``start`` and
     ``end`` (ISO) and ``tis``: per task instance (mapped ones as ``task[i]``) ``state``,
     ``hostname``, ``pid``, ``try_number``, ``start``, ``end`` and its return value ``xcom``."""
-    return _python(f"""
+    return run_python(f"""
         import json, time
         from airflow.models.dagrun import DagRun
         from airflow.models.taskinstance import TaskInstance

@@ -152,12 +152,10 @@ class LocalCluster:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PGPASS"))}
         return {**base, **self.env(), **(extra or {})}
 
-    _process_env = client_env
-
     def _start(self, name: str, argv: list[str], cwd: Path | None = None, env: dict | None = None) -> None:
         self.logs.mkdir(exist_ok=True)
         with open(self.logs / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(argv, cwd=cwd or self.dir, env=env or self._process_env(), stdout=log,
+            proc = subprocess.Popen(argv, cwd=cwd or self.dir, env=env or self.client_env(), stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         self.state["pids"][name] = proc.pid
         self._save()
@@ -259,7 +257,7 @@ class LocalCluster:
             self._start_postgres(self._read_secret("pg_password"))
             self._start_redis(self._read_secret("redis_password"))
             self._write_client_env()
-            migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self._process_env(),
+            migrate = subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], env=self.client_env(),
                                      capture_output=True, text=True, timeout=timeout)
             if migrate.returncode:
                 raise ClusterError(f"airflow db migrate failed: {(migrate.stdout + migrate.stderr)[-3000:]}")
@@ -283,7 +281,7 @@ class LocalCluster:
         home.mkdir(exist_ok=True)
         self._start(name, [sys.executable, "-m", "airflow", "celery", "worker", "--celery-hostname", f"{name}@%h",
                            "--concurrency", "1", "--skip-serve-logs"],  # the log folder is shared (one folder D)
-                    cwd=home, env=self._process_env({"SEQENC_WORKER_NAME": name}))
+                    cwd=home, env=self.client_env({"SEQENC_WORKER_NAME": name}))
 
     def add_worker(self, name: str, timeout: float = 300) -> dict:
         """Start one more Celery worker, here -- on this host, or on another one that sees this

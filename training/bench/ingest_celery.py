@@ -20,11 +20,8 @@ lines cut into consecutive files) are put in its landing directory as one day of
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -53,22 +50,21 @@ def _tree_rss_mb(pid: int) -> float:
 
 
 def _run_and_sample(cluster, env: dict, conf: dict) -> tuple[dict, dict[str, float]]:
-    """Trigger the ingest, wait for it in a child while sampling each worker's memory."""
+    """Trigger the ingest and wait for it (cluster_client runs the query in a child interpreter,
+    from a thread here) while sampling each worker's memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from training.airflow import cluster_client
 
     cluster_client.trigger(env, "seqenc_ingest", "bench", LOGICAL, conf)
-    code = ("import json, sys; from training.airflow.cluster_client import wait_run; "
-            "print(json.dumps(wait_run(json.loads(sys.argv[1]), 'seqenc_ingest', 'bench', 3600), default=str))")
-    waiter = subprocess.Popen([sys.executable, "-c", code, json.dumps(env)], stdout=subprocess.PIPE, text=True)
     peaks = {name: 0.0 for name in cluster.state["workers"]}
-    while waiter.poll() is None:
-        for name in peaks:
-            peaks[name] = max(peaks[name], _tree_rss_mb(cluster.state["pids"][name]))
-        time.sleep(0.5)
-    out, _ = waiter.communicate()
-    if waiter.returncode:
-        raise RuntimeError(f"waiting for the ingest run failed ({waiter.returncode})")
-    return json.loads(out.strip().splitlines()[-1]), peaks
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        waiting = pool.submit(cluster_client.wait_run, env, "seqenc_ingest", "bench", 3600)
+        while not waiting.done():
+            for name in peaks:
+                peaks[name] = max(peaks[name], _tree_rss_mb(cluster.state["pids"][name]))
+            time.sleep(0.5)
+        return waiting.result(), peaks
 
 
 def celery_rows(folder: Path, workers: list[int], tmp: Path, serial: dict, n_lines: int, outcome) -> list[dict]:

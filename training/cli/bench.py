@@ -70,20 +70,14 @@ def cmd_bench_parse(args) -> int:
 
 
 def cmd_bench_ingest(args) -> int:
-    from training.bench.ingest import bench_ingest, ingest_table
+    from training.bench.ingest import bench_ingest, ingest_table, plot_parallel
 
     workers = _int_list(args.workers, "--workers") if args.workers else None
     if args.executor != "process" and not workers:
         raise ValueError(f"--executor {args.executor} runs the files on its workers: give --workers too, e.g. 1,2")
     result = bench_ingest(args.lines, seed=args.seed, workers=workers, loops=not args.no_loops, files=args.files,
                           executor=args.executor)
-    _write_result(result, ingest_table, args.json)
-    if workers:
-        from training.bench.ingest import plot_parallel
-
-        png = Path(args.json).with_suffix(".png")
-        plot_parallel(result, png)
-        print(f"wrote {png}")
+    _write_result(result, ingest_table, args.json, plot_parallel if workers else None)
     return 0
 
 
@@ -98,14 +92,18 @@ def _int_list(text: str, flag: str, minimum: int = 1) -> list[int]:
     return values
 
 
-def _write_result(result: dict, table, json_path) -> None:
-    """A benchmark's JSON at ``json_path``, its Markdown ``table(result)`` beside it, printed."""
+def _write_result(result: dict, table, json_path, plot=None) -> None:
+    """A benchmark's JSON at ``json_path``, its Markdown ``table(result)`` beside it, printed; with
+    ``plot``, ``plot(result, path)`` draws the PNG beside them too."""
     out = Path(json_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     out.with_suffix(".md").write_text(table(result) + "\n")
     print(table(result))
     print(f"wrote {out}, {out.with_suffix('.md')}")
+    if plot is not None:
+        plot(result, out.with_suffix(".png"))
+        print(f"wrote {out.with_suffix('.png')}")
 
 
 def cmd_bench_score(args) -> int:
@@ -131,10 +129,7 @@ def cmd_bench_train(args) -> int:
     result = bench_train(Path(args.workdir or out.with_suffix("")), size=args.size, worlds=worlds, seed=args.seed,
                          threads=args.threads, config=config_arg(args.config),
                          deepspeed=config_arg(args.deepspeed) or None)
-    _write_result(result, train_table, out)
-    png = out.with_suffix(".png")
-    plot_train(result, png)
-    print(f"wrote {png}")
+    _write_result(result, train_table, out, plot_train)
     return 0
 
 
@@ -146,10 +141,7 @@ def cmd_bench_sequences(args) -> int:
     result = bench_sequences(workdir, days=args.days, lines_per_day=args.lines_per_day,
                              chunk_sizes=tuple(_int_list(args.chunk_sequences, "--chunk-sequences")),
                              compare_sequences=args.compare_sequences, seed=args.seed, progress=not args.no_progress)
-    _write_result(result, sequences_table, out)
-    png = out.with_suffix(".png")
-    plot_sequences(result, png)
-    print(f"wrote {png}")
+    _write_result(result, sequences_table, out, plot_sequences)
     return 0
 
 
