@@ -68,6 +68,16 @@ def key_value_counts(data: TokenizedSequences, key: str, val_sep_id: int,
     return counts
 
 
+def key_value_sets(data: TokenizedSequences, fit: np.ndarray, vocabulary: np.ndarray, key: str, val_sep_id: int,
+                   skip: frozenset[int] = frozenset()) -> tuple[set[int], set[int]]:
+    """(the values of ``key`` that the ``fit`` sequences hold, those the ``vocabulary`` ones hold),
+    as :func:`value_hash` ints; both index ``data``."""
+    counts = key_value_counts(data, key, val_sep_id, skip)
+    fitted = set().union(*(counts[i] for i in np.asarray(fit, dtype=np.int64)))
+    known = set().union(*(counts[i] for i in np.asarray(vocabulary, dtype=np.int64)))
+    return fitted, known
+
+
 @dataclass
 class NovelValues:
     """The values of ``key`` that the vocabulary sequences hold and the fitted ones never do
@@ -83,11 +93,15 @@ class NovelValues:
             skip: frozenset[int] = frozenset()) -> NovelValues | None:
         """From the ``vocabulary`` and ``fit`` sequences (indexes into ``data``). None when the
         key has no values in the fitted sequences (a task without it: nothing to compare)."""
-        counts = key_value_counts(data, key, val_sep_id, skip)
-        fitted = set().union(*(counts[i] for i in np.asarray(fit, dtype=np.int64)))
+        return cls.from_sets(key, val_sep_id, skip, *key_value_sets(data, fit, vocabulary, key, val_sep_id, skip))
+
+    @classmethod
+    def from_sets(cls, key: str, val_sep_id: int, skip: frozenset[int], fitted: set[int],
+                  known: set[int]) -> NovelValues | None:
+        """From the values the fitted sequences hold and those the vocabulary holds
+        (:func:`key_value_sets`; each possibly gathered from several data-parallel ranks)."""
         if not fitted:
             return None
-        known = set().union(*(counts[i] for i in np.asarray(vocabulary, dtype=np.int64)))
         return cls(key, int(val_sep_id), sorted(int(t) for t in skip), sorted(int(v) for v in known - fitted))
 
     def counts(self, data: TokenizedSequences) -> np.ndarray:

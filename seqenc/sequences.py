@@ -231,23 +231,28 @@ class TokenizedSequences:
     @classmethod
     def read_parquet(cls, path) -> TokenizedSequences:
         df = pl.read_parquet(path)
-        seq_ids = df["sequence_id"].to_list()
-        keys = df["key"].to_list()
-        sequence_ids: list[str] = []
-        seq_index: dict[str, int] = {}
-        key_rows: dict[tuple[str, str], int] = {}
-        out_keys, key_seq, window_key = [], [], []
-        for s, k in zip(seq_ids, keys):
-            if s not in seq_index:
-                seq_index[s] = len(sequence_ids)
-                sequence_ids.append(s)
-            if (s, k) not in key_rows:
-                key_rows[(s, k)] = len(out_keys)
-                out_keys.append(k)
-                key_seq.append(seq_index[s])
-            window_key.append(key_rows[(s, k)])
-        return cls(sequence_ids, out_keys, np.array(key_seq, dtype=np.int64),
-                   [list(w) for w in df["input_ids"].to_list()], np.array(window_key, dtype=np.int64))
+        sequence_ids, keys, key_seq, window_key = index_windows(df["sequence_id"].to_list(), df["key"].to_list())
+        return cls(sequence_ids, keys, key_seq, [list(w) for w in df["input_ids"].to_list()], window_key)
+
+
+def index_windows(seq_ids: list[str], keys: list[str]) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    """The index of the windows file's rows (``sequence_id`` and ``key`` per window, in file order:
+    the rows of one sequence contiguous, and those of one key row): ``(sequence_ids, keys,
+    key_seq, window_key)`` as :class:`TokenizedSequences` holds them."""
+    sequence_ids: list[str] = []
+    seq_index: dict[str, int] = {}
+    key_rows: dict[tuple[str, str], int] = {}
+    out_keys, key_seq, window_key = [], [], []
+    for s, k in zip(seq_ids, keys):
+        if s not in seq_index:
+            seq_index[s] = len(sequence_ids)
+            sequence_ids.append(s)
+        if (s, k) not in key_rows:
+            key_rows[(s, k)] = len(out_keys)
+            out_keys.append(k)
+            key_seq.append(seq_index[s])
+        window_key.append(key_rows[(s, k)])
+    return sequence_ids, out_keys, np.array(key_seq, dtype=np.int64), np.array(window_key, dtype=np.int64)
 
 
 def with_event_key(objects: pl.DataFrame) -> pl.DataFrame:

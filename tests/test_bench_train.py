@@ -1,5 +1,6 @@
 """``seqenc bench train``: the JSON contract, the table and the plot, on the tiny size with 1 and
-2 CPU ranks (gloo); each of the two ranks refreshes half the distinct windows the one rank does."""
+2 CPU ranks (gloo); the two ranks refresh the distinct windows the one rank does, each once,
+about half the tokens each (training.engine.sharding.assign_owners balances tokens)."""
 
 import json
 
@@ -18,7 +19,13 @@ def test_bench_train_one_rank_against_two(tmp_path, capsys):
     assert (one["world"], len(one["ranks"]), two["world"], len(two["ranks"])) == (1, 1, 2, 2)
     windows = one["ranks"][0]["refresh_windows"]  # distinct windows, over the 3 refreshes of a tiny run
     assert sum(p["refresh_windows"] for p in two["ranks"]) == windows
-    assert 0 <= two["ranks"][0]["refresh_windows"] - two["ranks"][1]["refresh_windows"] <= 3  # ceil / floor of half
+    held = one["ranks"][0]["held_windows"]  # the one rank holds every window, the two a share each
+    assert sum(p["held_windows"] for p in two["ranks"]) == held and all(0 < p["held_windows"] < held
+                                                                        for p in two["ranks"])
+    assert all(p["peak_rss_mb"] > 0 for w in (one, two) for p in w["ranks"])
+    tokens = one["ranks"][0]["refresh_tokens"]
+    assert sum(p["refresh_tokens"] for p in two["ranks"]) == tokens
+    assert all(abs(p["refresh_tokens"] / tokens - 0.5) < 0.05 for p in two["ranks"]), two["ranks"]
     for w in (one, two):
         assert w["trainer_seconds"] > 0 and w["wall_seconds"] > w["trainer_seconds"] and w["refresh_seconds"] > 0
         assert w["trainer_seconds"] == w["ranks"][0]["fit_seconds"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import polars as pl
@@ -30,25 +31,23 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
     """The same tiny job (hdfs ``anomaly``, size tiny, seed 0) on 1 rank (no DeepSpeed, the
     plain trainer: what every single-process run does) and on 2 ranks (DeepSpeed ZeRO-0, gloo).
 
-    Work: each rank of the 2-rank run encodes ceil or floor of half the distinct windows of
-    every refresh (the unit divided, training.engine.sharding; counted by the trainer: the
-    windows it passed to the TVM, not the share it was assigned), the two shares add up to the
-    windows and tokens the 1-rank run encoded, and each scores half the sequences' surprise.
+    Work: each rank of the 2-rank run holds the windows of half the sequences
+    (training.engine.rank_share) and encodes the distinct windows it owns in every refresh (the
+    unit divided, training.engine.sharding; counted by the trainer: the windows it passed to the
+    TVM), each window once across the ranks: the two shares add up to the windows and tokens the
+    1-rank run encoded, about half each. Each scores the surprise of its own sequences and draws
+    masked-LM batches of half the tokens from its own windows.
 
-    Metrics: the two runs are not bit-identical and are not meant to be. A rank's masked-LM
-    loss is the mean over *its* half of the batch and DeepSpeed averages the halves' gradients,
-    which weighs the masked tokens of the half with fewer of them a little more than one rank's
-    mean over the whole batch (the data-parallel design of training.engine.engines, not the
-    sharded refresh: test_the_ranks_shares_of_the_windows_give_the_whole_cache shows the
-    divided refresh gives the whole cache to 1e-5). Measured on this job: the KR caches of the
-    two runs differ by at most 0.033 (mean |KR| 0.86) already after the first round, the bundles'
-    scores by 0.004 on average (one sequence of 40 by 0.09), and the average precision of the
-    scored test split is equal (0.775). So the tolerances are: scores' mean absolute difference
-    < 0.02; average precision within 0.05; micro F1 within 0.1 (two of the 20 test sequences
-    changing side of the threshold, which the surprise's discrete tail scores make possible:
-    measured 0.85 against 0.90); precision / recall / F1 within 0.2 (the tiny test split holds
-    four anomalies, so one flagged sequence moves precision by 0.1 or more: measured 0.375
-    against 0.5)."""
+    Metrics: the two runs are not bit-identical and are not meant to be. The 2-rank run's
+    masked-LM batches are other batches (each rank's from its share, as DistributedSampler
+    draws them), so the runs differ as two orders of the same data do; the KA steps read the
+    same batches on both. Measured on this job: the final KR caches differ by 0.029 on average
+    (at most 0.13; mean |KR| 0.86); test metrics equal (F1 0.5, micro F1 0.85); on dev, recall
+    0.75 against 0.5 and precision 0.375 against 0.5: one of dev's four anomalies, and one
+    flagged sequence, changed side. So the tolerances: caches' mean absolute difference < 0.05;
+    the bundles' scores' mean absolute difference < 0.02 and the average precision within 0.05;
+    micro F1 within 0.1 (two of 20 sequences); F1 within 0.2; precision and recall within 0.3
+    (one anomaly of four is 0.25)."""
     one, two = tmp_path / "one", tmp_path / "two"
     raw = stage_generate(str(one), "tiny", 0)
     stage_ingest(str(one), "hdfs", raw["hdfs"]["path"], raw["hdfs"]["labels"])
@@ -69,11 +68,20 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
     per_rank = printed[0]["data_parallel"]["per_rank"]
     assert printed[1]["data_parallel"]["per_rank"] == per_rank  # every rank gathered the same counts
     assert [p["refreshes"] for p in per_rank] == [3, 3]
-    assert [p["refresh_windows"] for p in per_rank] == [3 * -(-n_windows // 2), 3 * (n_windows // 2)]
+    # every distinct window encoded once, by one rank, the tokens balanced (training.engine.sharding.assign_owners)
+    assert sum(p["refresh_windows"] for p in per_rank) == 3 * n_windows
     assert sum(p["refresh_tokens"] for p in per_rank) == alone["work"]["refresh_tokens"]
-    n_seq = alone["work"]["surprise_sequences"]
-    assert [p["surprise_sequences"] for p in per_rank] == [-(-n_seq // 2), n_seq // 2]
-    assert sum(p["mlm_rows"] for p in per_rank) == alone["work"]["mlm_rows"]  # the same batches, split
+    assert all(abs(p["refresh_tokens"] / alone["work"]["refresh_tokens"] - 0.5) < 0.05 for p in per_rank), per_rank
+    n_seq = alone["work"]["surprise_sequences"]  # each rank scored the sequences of its share
+    assert sum(p["surprise_sequences"] for p in per_rank) == n_seq
+    assert all(abs(p["surprise_sequences"] / n_seq - 0.5) < 0.1 for p in per_rank), per_rank
+    # each rank holds the windows of its share only, about half of them, and the shares add up
+    n_held = json.loads((one / "sequences" / "anomaly" / "stats.json").read_text())["windows"]
+    assert alone["work"]["held_windows"] == n_held and sum(p["held_windows"] for p in per_rank) == n_held
+    assert all(abs(p["held_windows"] / n_held - 0.5) < 0.05 for p in per_rank), per_rank
+    assert sum(p["held_sequences"] for p in per_rank) == alone["work"]["held_sequences"]
+    # each rank's own masked-LM batches of half the tokens: about half the rows each
+    assert all(abs(p["mlm_rows"] / alone["work"]["mlm_rows"] - 0.5) < 0.1 for p in per_rank), per_rank
     assert all(p["refresh_seconds"] > 0 and p["fit_seconds"] > 0 for p in per_rank)
 
     # the value sequences: each rank built half the sequences, and rank 0 wrote one rank's files
@@ -92,12 +100,13 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
     caches = [load_file(str(job / f"kr_cache_v3.rank-{r}.safetensors"))["kr"] for r in (0, 1)]
     assert torch.equal(caches[0], caches[1])
     alone_cache = load_file(str(one / "models" / "anomaly" / "job" / "kr_cache_v3.safetensors"))["kr"]
-    assert alone_cache.shape == caches[0].shape and (alone_cache - caches[0]).abs().max() < 0.05
+    difference = (alone_cache - caches[0]).abs()
+    assert alone_cache.shape == caches[0].shape and difference.mean() < 0.05
 
     assert printed[0]["metrics"]["test"] == printed[1]["metrics"]["test"]  # one model on both ranks
     for split in ("dev", "test"):
         for name, value in single["metrics"][split].items():
-            tolerance = 0.1 if name == "micro_f1" else 0.2
+            tolerance = {"micro_f1": 0.1, "precision": 0.3, "recall": 0.3}.get(name, 0.2)
             assert printed[0]["metrics"][split][name] == pytest.approx(value, abs=tolerance), (split, name)
 
     # the bundle rank 0 saved loads the way ``seqenc score`` loads it, and scores as one rank's does
@@ -115,34 +124,69 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
         scored["one"]["metrics"]["average_precision"], abs=0.05)
 
 
-def test_the_ranks_shares_of_the_windows_give_the_whole_cache():
-    """The shares of two ranks, encoded apart and put together (the all-gather done by hand, in
-    one process), pool to the KRs seqenc.inference.key_representations gives; one rank's path
-    is key_representations exactly."""
-    from seqenc.config import TVMKAConfig
-    from seqenc.inference import key_representations
-    from seqenc.model import TVMKA, pool_windows
+def _tiny_data():
     from seqenc.sequences import TokenizedSequences
-    from training.engine.sharding import distinct_windows, encode_windows, sharded_key_representations, window_shares
 
     rng = np.random.default_rng(0)
     window_key = np.sort(rng.integers(0, 9, size=30))
     windows = [list(rng.integers(5, 50, size=rng.integers(3, 12))) for _ in window_key]
-    windows[7] = windows[3] = windows[20]  # a window several keys share: encoded once
-    data = TokenizedSequences(sequence_ids=["a", "b", "c"], keys=[f"k{i}" for i in range(9)],
+    windows[7] = windows[3] = windows[20] = windows[28]  # a window several keys (and both shares) hold
+    return TokenizedSequences(sequence_ids=["a", "b", "c"], keys=[f"k{i}" for i in range(9)],
                               key_seq=np.repeat([0, 1, 2], 3), window_key=window_key, windows=windows)
+
+
+def test_the_ranks_shares_of_the_windows_give_the_whole_cache():
+    """Two ranks' shares (RankShare.of), their owners assigned from their digests, encoded apart
+    and put together (the all-gathers done by hand, in one process), pool to the KRs
+    seqenc.inference.key_representations gives; a window both shares hold is encoded once; one
+    rank's path is key_representations exactly."""
+    from seqenc.config import TVMKAConfig
+    from seqenc.inference import key_representations
+    from seqenc.model import TVMKA, pool_windows
+    from training.engine.rank_share import RankShare
+    from training.engine.sharding import (
+        RefreshPlan,
+        assign_owners,
+        distinct_windows,
+        encode_windows,
+        sharded_key_representations,
+        window_digests,
+    )
+
+    data = _tiny_data()
     torch.manual_seed(0)
     tvm = TVMKA(TVMKAConfig(vocab_size=64, d_model=16, n_layers=1, n_heads=2, n_shared_heads=1, d_ff=32,
                             max_positions=16, n_classes=2)).tvm
     whole = key_representations(tvm, data, 0, progress=False)
-    alone, counts = sharded_key_representations(tvm, data, 0, rank=0, world=1, progress=False)
-    assert torch.equal(alone, whole) and counts["windows"] == 28
+    one = RankShare.whole(data)
+    alone, counts = sharded_key_representations(tvm, one, RefreshPlan.build(data, 0, 1), 0, progress=False)
+    assert torch.equal(alone, whole) and counts["windows"] == 27
 
-    window_unique, unique, lengths = distinct_windows(data)
-    shares = window_shares(lengths, 2)
-    assert sorted(np.concatenate(shares).tolist()) == list(range(28)) and [len(s) for s in shares] == [14, 14]
-    cls = torch.empty(len(unique), 16)
-    for share in shares:
-        cls[torch.as_tensor(share)] = encode_windows(tvm, unique, lengths, share, 0, progress=False)
-    kr = pool_windows(cls[torch.as_tensor(window_unique)], torch.as_tensor(window_key), 9)
+    shares = [RankShare.of(data, r, 2) for r in range(2)]
+    assert [(s.start, s.local.n_sequences, s.key_row_start) for s in shares] == [(0, 2, 0), (2, 1, 6)]
+    found = [distinct_windows(s.local) for s in shares]
+    assert sum(len(u) for _, u, _ in found) == 28  # the shared window is in both shares
+    to_global, owned, n_global = assign_owners([window_digests(u) for _, u, _ in found], [n for *_, n in found])
+    assert n_global == 27 and sum(len(o) for o in owned) == 27  # ... and encoded by one rank
+    cls = torch.empty(n_global, 16)
+    for (_, unique, lengths), g, o in zip(found, to_global, owned):
+        cls[torch.as_tensor(g[o])] = encode_windows(tvm, unique, lengths, o, 0, progress=False)
+    kr = torch.cat([pool_windows(cls[torch.as_tensor(g[w])], torch.as_tensor(s.local.window_key), len(s.local.keys))
+                    for s, (w, _, _), g in zip(shares, found, to_global)])
     assert torch.allclose(kr, whole, atol=1e-5)
+    with pytest.raises(RuntimeError, match="holds only its share"):
+        len(shares[0].index.windows)
+
+
+def test_every_gather_of_two_ranks_equals_one_process(tmp_path):
+    """Two gloo ranks (tests/rank_share_worker.py) each read their share of a windows file whose
+    row groups cut through the shares, and every quantity the ranks gather -- the bags of values,
+    the novel values and their counts, the KR refresh, the surprise of some sequences -- equals
+    the one-process computation over the whole data (each rank asserts it); a window both shares
+    hold is encoded by one rank only."""
+    run_ranks([sys.executable, "tests/rank_share_worker.py", str(tmp_path)], cwd=Path(__file__).parents[1],
+              world=2, env={"OMP_NUM_THREADS": "1"})
+    ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    assert sum(r["sequences"] for r in ranks) == 13 and all(r["sequences"] >= 5 for r in ranks)
+    assert sum(r["distinct_held"] for r in ranks) > ranks[0]["distinct_global"]  # some window in both shares
+    assert sum(r["refresh_windows"] for r in ranks) == ranks[0]["distinct_global"]  # encoded once

@@ -9,18 +9,19 @@ Each world size runs ``seqenc train --deepspeed`` (ZeRO stage 0 unless ``deepspe
 otherwise; 1 rank too, so that only the world size changes between the rows) as that many
 processes started the way torchrun starts them (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 MASTER_PORT), on CPU with gloo when there are fewer GPUs than ranks, ``OMP_NUM_THREADS=threads``
-each. Every rank prints its counts (``data_parallel`` of the train command's JSON): the key
-distinct windows and tokens it encoded in the KR refreshes (training.engine.sharding: the
-unit divided is the distinct window) and their seconds (``refresh_encode_seconds``:
-its own encoding; ``refresh_seconds``: with the all-gather, i.e. waiting for the slowest
-rank), the sequences it scored for the surprise (with ``surprise_scoring``), and ``fit_seconds``
+each. Every rank prints its counts (``data_parallel`` of the train command's JSON): the
+sequences and windows it holds (training.engine.rank_share), the distinct windows and tokens it
+encoded in the KR refreshes (training.engine.sharding: the unit divided is the distinct window)
+and their seconds (``refresh_encode_seconds``: its own encoding; ``refresh_seconds``: with the all-gather, i.e. waiting for the slowest
+rank), the sequences it scored for the surprise (with ``surprise_scoring``), its peak resident
+memory (``peak_rss_mb``: the whole process, imports included), and ``fit_seconds``
 (the trainer's ``fit``). A world's ``trainer_seconds`` is rank 0's ``fit_seconds`` (rank 0 enters
 ``fit`` last, after opening the MLflow run, and the ranks end together; another rank's includes
 waiting for it); ``wall_seconds`` is the whole command (imports, DeepSpeed, sequences, MLflow).
 
 Ratios (``ratios``, world N against world 1): ``refresh_seconds`` and ``refresh_encode_seconds``
 of the slowest rank, ``trainer_seconds``, ``wall_seconds``, and ``windows_share`` (the most
-distinct windows a rank of N encoded over what the one rank encoded: 0.5 for two ranks). On a machine with
+distinct windows a rank of N encoded over what the one rank encoded: about 0.5 for two ranks). On a machine with
 fewer cores than ranks x threads, the ranks share cores and the seconds say little;
 ``load_average_1m`` records what else ran.
 
@@ -42,8 +43,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 DEFAULT_DEEPSPEED = {"zero_optimization": {"stage": 0}}
-COUNTS = ("refresh_windows", "refresh_tokens", "refresh_encode_seconds", "refresh_seconds", "surprise_sequences",
-          "surprise_seconds", "mlm_rows", "ka_rows", "fit_seconds")
+COUNTS = ("held_sequences", "held_windows", "refresh_windows", "refresh_tokens", "refresh_encode_seconds", "refresh_seconds", "surprise_sequences",
+          "surprise_seconds", "mlm_rows", "ka_rows", "fit_seconds", "peak_rss_mb")
 
 
 def _printed(stdout: str) -> dict:
@@ -134,15 +135,16 @@ def bench_train(workdir: str | Path, size: str = "tiny", worlds: tuple[int, ...]
 
 def train_table(r: dict) -> str:
     """One line per (world, rank), then the ratios against one rank."""
-    lines = ["| world | rank | windows refreshed | tokens | refresh encode s | refresh s (with gather) | "
-             "surprise seqs | surprise s | fit s | trainer s | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| world | rank | sequences held | windows held | windows refreshed | tokens | refresh encode s | "
+             "refresh s (with gather) | surprise seqs | surprise s | fit s | trainer s | wall s | peak RSS MB |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for w in r["worlds"]:
         for p in w["ranks"]:
-            lines.append(f"| {w['world']} | {p['rank']} | {p['refresh_windows']} | {p['refresh_tokens']} | "
+            lines.append(f"| {w['world']} | {p['rank']} | {p['held_sequences']} | {p['held_windows']} | "
+                         f"{p['refresh_windows']} | {p['refresh_tokens']} | "
                          f"{p['refresh_encode_seconds']:.2f} | {p['refresh_seconds']:.2f} | {p['surprise_sequences']} | "
                          f"{p['surprise_seconds']:.2f} | {p['fit_seconds']:.2f} | {w['trainer_seconds']:.2f} | "
-                         f"{w['wall_seconds']:.1f} |")
+                         f"{w['wall_seconds']:.1f} | {p['peak_rss_mb']} |")
     for world, ratio in r["ratios"].items():
         shown = ", ".join(f"{k} {v}" for k, v in ratio.items())
         lines.append(f"\n{world} ranks / 1 rank: {shown}")

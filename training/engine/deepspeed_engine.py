@@ -181,6 +181,15 @@ def barrier() -> None:
     torch.distributed.barrier()
 
 
+def finish_distributed() -> None:
+    """Leave the process group together: a barrier, then its teardown. Without it the first rank to
+    exit closes its connections while another still tears its own down, and gloo's background
+    thread in that one can abort the process (seen as exit -6 of a rank whose job was done)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
+
+
 # --- configuration ----------------------------------------------------------------------------
 def _load_config(config: str | Path | dict) -> dict:
     if isinstance(config, dict):

@@ -67,12 +67,15 @@ def data_parallel(deepspeed: str | dict | None) -> tuple[int, int]:
     """(rank, world size) of this process: under DeepSpeed, what the launcher (``deepspeed``,
     ``torchrun``) set in ``RANK`` / ``WORLD_SIZE``; otherwise (0, 1).
 
-    Data parallelism in the trainers (choice): every rank draws the *same* batch (same seeds) and
-    keeps rows ``rank::world`` of it, so one update reads the configured batch across all ranks
-    and DeepSpeed's gradient average makes it one step over that batch. Only rank 0 logs to
-    MLflow and writes the model bundle; each rank keeps its own checkpoints and KR cache (ZeRO
-    partitions the optimizer state per rank). The KR refresh and the final surprise are divided
-    between the ranks and gathered (training.engine.sharding)."""
+    Data parallelism in the trainers (choice): a batch of sequences read through caches (KA
+    steps) or drawn by an end-to-end trainer is the *same* on every rank (same seeds), each
+    keeping rows ``rank::world`` of it (:func:`shard`), so one update reads the configured batch
+    across all ranks and DeepSpeed's gradient average makes it one step over that batch; a
+    masked-LM batch is each rank's own, drawn from the windows of its share of the sequences
+    (training.engine.rank_share). Only rank 0 logs to MLflow and writes the model bundle; each
+    rank keeps its own checkpoints and KR cache (ZeRO partitions the optimizer state per rank).
+    The KR refresh and the final surprise are divided between the ranks and gathered
+    (training.engine.sharding)."""
     if deepspeed is None:
         return 0, 1
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))

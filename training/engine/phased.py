@@ -18,6 +18,7 @@ update count, and every (metric, step) is logged once.
 from __future__ import annotations
 
 import logging
+import resource
 import time
 from collections import defaultdict
 from dataclasses import MISSING, asdict, fields
@@ -131,7 +132,9 @@ class PhasedTrainer:
             if kind != "final":
                 self.save_checkpoint()
         final["seconds"] = time.time() - t0
-        final["data_parallel"] = gather_work(self.work | {"fit_seconds": final["seconds"]}, self.rank, self.world)
+        peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+        final["data_parallel"] = gather_work(self.work | {"fit_seconds": final["seconds"], "peak_rss_mb": peak_rss_mb},
+                                             self.rank, self.world)
         final["best_step"] = self.best["step"] if self.best is not None else None  # keep_best
         final["headline"] = headline(self.task)
         final["train_config"] = asdict(self.cfg)

@@ -17,8 +17,9 @@
 then only KA steps (the same number, evaluated at the same points). The end-to-end modes
 (``joint``, ``flattened``, ``record_view``) are in training.engine.end_to_end. Phases, checkpoints and
 resume are shared (training.engine.phased); the KR cache's version is part of the checkpoint.
-Under DeepSpeed with several ranks each rank refreshes its share of the distinct windows and scores its
-share of the sequences for the surprise, then all gather (training.engine.sharding).
+Under DeepSpeed with several ranks each rank holds the windows of its share of the sequences
+(training.engine.rank_share): it draws its masked-LM batches from them, refreshes the distinct
+windows it owns and scores its sequences for the surprise, then all gather (training.engine.sharding).
 
 Choices where the paper is vague:
 * TVM:KA steps per round default to 2:1 (``tvm_ka_ratio``). The paper states "2:1 proportion"
@@ -49,12 +50,13 @@ from seqenc.fixup import fixup_key_aggregator
 from seqenc.inference import gather_keys, ka_probabilities, to_model
 from seqenc.model import TVMKA
 from seqenc.sequences import TokenizedSequences
-from seqenc.surprise import SurpriseScorer, key_surprise
+from seqenc.surprise import SurpriseScorer
 from seqenc.tokenizer import ValueTokenizer
-from training.engine.engines import make_engine, shard
+from training.engine.engines import data_parallel, make_engine, shard
 from training.engine.modes import END_TO_END, MODES, SELECTABLE
 from training.engine.phased import PhasedTrainer
-from training.engine.sharding import sharded_key_representations, sharded_key_surprise
+from training.engine.rank_share import RankShare
+from training.engine.sharding import RefreshPlan, sharded_key_representations, sharded_key_surprise
 from training.tasks.data import MASK_UNITS, MLMBatches, class_weights
 from training.tasks.thresholds import DEFAULT_RULE, check_rule
 
@@ -171,17 +173,34 @@ def mlm_rows(y: np.ndarray, train: np.ndarray, which: str, task: str) -> np.ndar
     return normal
 
 
+def rank_mlm_batches(share: RankShare, train: np.ndarray, tok: ValueTokenizer, cfg, model: TVMKA) -> MLMBatches:
+    """The masked-LM batches of this rank: over the windows of the ``train`` sequences (indexes
+    into the index) of its share, ``batch_tokens / world`` tokens a batch, seeded ``seed + rank``
+    (training.engine.rank_share); one rank: every train window, the configured batch and seed."""
+    mine = share.local_of(train)
+    if len(mine) == 0:
+        raise ValueError(f"data-parallel rank {share.rank} of {share.world} holds none of the {len(train)} train "
+                         "sequences: use fewer ranks")
+    train = share.local if len(mine) == share.local.n_sequences else share.local.subset(mine)
+    rvd = {}  # replaced-value detection (seqenc.config): swapped values, half the rows
+    if model.config.replaced_value_detection:
+        rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
+               "max_len": model.config.max_positions}
+    return MLMBatches(train.windows, tok, max(1, cfg.batch_tokens // share.world), cfg.seed + share.rank,
+                      mask_unit=cfg.mlm_mask_unit, **rvd)
+
+
 class MaskedLMSteps:
-    """The TVM's masked-LM steps of a phased trainer that holds ``mlm`` (training.tasks.data.MLMBatches)
-    and a ``"tvm"`` engine: shared by Algorithm 1 (InterleavedTrainer) and the unlabelled
-    anomaly trainer (training.engine.unlabelled)."""
+    """The TVM's masked-LM steps of a phased trainer that holds ``mlm`` (training.tasks.data.MLMBatches,
+    this rank's batches: :func:`rank_mlm_batches`) and a ``"tvm"`` engine: shared by Algorithm 1
+    (InterleavedTrainer) and the unlabelled anomaly trainer (training.engine.unlabelled)."""
 
     def tvm_steps(self, steps: int, name: str) -> None:
         for _ in tqdm(range(self.phase_step, steps), desc=name, disable=not self.progress, leave=False):
             self.model.train()
             metrics = {}
             for _ in range(self.cfg.grad_accum):
-                batch = to_model(shard(next(self.mlm), self.rank, self.world), self.model.tvm)
+                batch = to_model(next(self.mlm), self.model.tvm)
                 self.work["mlm_rows"] += len(batch[0])
                 losses = self.model.tvm.mlm_loss(*batch)
                 losses = dict(zip(("train/mlm_loss", "train/rvd_loss"), losses if isinstance(losses, tuple)
@@ -193,26 +212,32 @@ class MaskedLMSteps:
 
 
 class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
-    """Runs Algorithm 1 (or no_interleave) on one task; ``workdir`` holds the KR caches."""
+    """Runs Algorithm 1 (or no_interleave) on one task; ``workdir`` holds the KR caches.
+
+    ``data``: every sequence (whole, or the index of a data-parallel rank: ``share.index``);
+    ``share``: what this rank holds of it (training.engine.rank_share; default: its share of
+    ``data``, cut in memory)."""
 
     def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
-                 splits: dict[str, np.ndarray], cfg: TrainConfig, workdir: str | Path, **kwargs):
+                 splits: dict[str, np.ndarray], cfg: TrainConfig, workdir: str | Path,
+                 share: RankShare | None = None, **kwargs):
         runs = [name for name, mode in MODES.items() if mode.trainer.endswith(":InterleavedTrainer")]
         if cfg.mode not in runs:  # training.engine.modes names the trainer of each mode
             raise ValueError(f"InterleavedTrainer runs {' / '.join(runs)}, not {cfg.mode!r}")
-        train = data.subset(mlm_rows(y, splits["train"], cfg.mlm_sequences, model.config.task))
+        share = share or RankShare.of(data, *data_parallel(cfg.deepspeed))
         if model.config.surprise_scoring and cfg.mlm_sequences == "all":
             log.warning("surprise scoring with a masked LM trained on every train sequence, anomalies "
                         "included: their values will not surprise the TVM; set the train option "
                         "mlm_sequences='normal' (seqenc.surprise)")
-        rvd = {}  # replaced-value detection (seqenc.config): swapped values, half the rows
-        if model.config.replaced_value_detection:
-            rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
-                   "max_len": model.config.max_positions}
-        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed, mask_unit=cfg.mlm_mask_unit, **rvd)
+        mlm = rank_mlm_batches(share, mlm_rows(y, splits["train"], cfg.mlm_sequences, model.config.task), tok, cfg,
+                               model)
         super().__init__(model, y, splits, cfg, workdir, model.config.task,
                          phase_plan(cfg, mlm.batches_per_epoch), **kwargs)
-        self.tok, self.data, self.mlm = tok, data, mlm
+        self.tok, self.data, self.share, self.mlm = tok, share.index, share, mlm
+        self.refresh_plan: RefreshPlan | None = None  # built at the first refresh (collective)
+        self.work |= {"held_sequences": share.local.n_sequences, "held_windows": len(share.local.windows)}
+        if model.config.value_counts:  # the KA's bags of values: each rank builds its share's, all gather
+            share.gather_value_bags(model.config.value_counts, model.config.val_sep_token_id)
         self.kr_version: int | None = None
         self.kr: torch.Tensor | None = None
         self.surprise: SurpriseScorer | None = None  # fitted in the final phase (surprise_scoring)
@@ -251,10 +276,12 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
 
     def refresh_cache(self, version: int) -> None:
         """KR(k) of every key of every sequence, with the TVM in eval mode, via disk. With several
-        data-parallel ranks each encodes its share of the distinct windows and all ranks gather
-        the whole cache (training.engine.sharding); ``work`` counts what this rank encoded."""
+        data-parallel ranks each encodes the distinct windows it owns and all ranks gather the
+        whole cache (training.engine.sharding); ``work`` counts what this rank encoded."""
         t0 = time.perf_counter()
-        kr, mine = sharded_key_representations(self.model.tvm, self.data, self.tok.pad_id, self.rank, self.world,
+        if self.refresh_plan is None:
+            self.refresh_plan = RefreshPlan.build(self.share.local, self.rank, self.world)
+        kr, mine = sharded_key_representations(self.model.tvm, self.share, self.refresh_plan, self.tok.pad_id,
                                                progress=self.progress)
         self.work["refreshes"] += 1
         self.work["refresh_windows"] += mine["windows"]
@@ -302,15 +329,11 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
         normal *dev* sequences (seqenc.surprise: the TVM and KA have fitted the train sequences); from
         here on :meth:`probabilities` combines."""
         t0, tok = time.perf_counter(), self.tok
-        if self.world == 1:
-            self.surprise_stats = key_surprise(self.model.tvm, self.data, tok.mask_id, tok.val_sep_id, tok.pad_id,
-                                               tok.marker_kinds, progress=self.progress)
-        else:  # each rank its share of the sequences (training.engine.sharding)
-            self.surprise_stats = sharded_key_surprise(
-                self.model.tvm, self.data, np.arange(self.data.n_sequences), self.rank, self.world,
-                mask_id=tok.mask_id, val_sep_id=tok.val_sep_id, pad_id=tok.pad_id, markers=tok.marker_kinds,
-                progress=self.progress)
-        self.work["surprise_sequences"] += len(range(self.rank, self.data.n_sequences, self.world))
+        # each rank the sequences of its share, then all gather (training.engine.sharding)
+        self.surprise_stats = sharded_key_surprise(
+            self.model.tvm, self.share, np.arange(self.data.n_sequences), mask_id=tok.mask_id,
+            val_sep_id=tok.val_sep_id, pad_id=tok.pad_id, markers=tok.marker_kinds, progress=self.progress)
+        self.work["surprise_sequences"] += self.share.local.n_sequences
         self.work["surprise_seconds"] += time.perf_counter() - t0
         dev = self.splits["dev"]
         ka_probs = ka_probabilities(self.model.ka, self.kr, self.data)

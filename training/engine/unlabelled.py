@@ -62,11 +62,11 @@ from seqenc.novel_values import NOVEL_KEY, NovelValues, skipped_ids
 from seqenc.sequences import TokenizedSequences
 from seqenc.surprise import STATS, SurpriseScorer
 from seqenc.tokenizer import ValueTokenizer
-from training.engine.engines import make_engine
+from training.engine.engines import data_parallel, make_engine
 from training.engine.phased import PhasedTrainer
+from training.engine.rank_share import RankShare
 from training.engine.sharding import sharded_key_surprise
-from training.engine.trainer import RVD_REPLACE_PROB, MaskedLMSteps
-from training.tasks.data import MLMBatches
+from training.engine.trainer import MaskedLMSteps, rank_mlm_batches
 from training.tasks.kinds import KINDS
 from training.tasks.metrics import split_metrics
 
@@ -159,7 +159,7 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
     def __init__(self, model: TVMKA, tok: ValueTokenizer, data: TokenizedSequences, y: np.ndarray,
                  splits: dict[str, np.ndarray], cfg, workdir: str | Path, threshold: dict,
                  stride: int | None = STRIDE, score_train: bool = False, novel_key: str | None = NOVEL_KEY,
-                 **kwargs):
+                 share: RankShare | None = None, **kwargs):
         if model.config.task != "binary":
             raise ValueError(f"unlabelled anomaly detection is a binary task, not {model.config.task!r}")
         if cfg.mlm_sequences != "all":
@@ -168,15 +168,12 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
         self.threshold_policy = check_threshold(threshold)
         if len(splits["train"]) == 0:
             raise ValueError("no train sequences for the masked LM")
-        train = data.subset(np.asarray(splits["train"]))
-        rvd = {}
-        if model.config.replaced_value_detection:
-            rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
-                   "max_len": model.config.max_positions}
-        mlm = MLMBatches(train.windows, tok, cfg.batch_tokens, cfg.seed, mask_unit=cfg.mlm_mask_unit, **rvd)
+        share = share or RankShare.of(data, *data_parallel(cfg.deepspeed))  # this rank's (training.engine.rank_share)
+        mlm = rank_mlm_batches(share, np.asarray(splits["train"], dtype=np.int64), tok, cfg, model)
         super().__init__(model, np.asarray(y, dtype=np.int64), splits, cfg, workdir, "binary",
                          unlabelled_plan(cfg, mlm.batches_per_epoch), **kwargs)
-        self.tok, self.data, self.mlm = tok, data, mlm
+        self.tok, self.data, self.share, self.mlm = tok, share.index, share, mlm
+        self.work |= {"held_sequences": share.local.n_sequences, "held_windows": len(share.local.windows)}
         self.stride, self.score_train, self.novel_key = stride, score_train, novel_key
         self.novel: NovelValues | None = None  # seqenc.novel_values
         self.novel_counts: np.ndarray | None = None  # [n_sequences] the novel values each holds
@@ -212,10 +209,10 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
         lines fitted on the reference sequences, without a KA line (:meth:`fit_scorer`)."""
         scored, tok, t0 = self.scored(), self.tok, time.perf_counter()
         # with several data-parallel ranks each scores its share of the sequences (training.engine.sharding)
-        stats = sharded_key_surprise(self.model.tvm, self.data, scored, self.rank, self.world, mask_id=tok.mask_id,
+        stats = sharded_key_surprise(self.model.tvm, self.share, scored, mask_id=tok.mask_id,
                                      val_sep_id=tok.val_sep_id, pad_id=tok.pad_id, markers=tok.marker_kinds,
                                      progress=self.progress, stride=self.stride)
-        self.work["surprise_sequences"] += len(range(self.rank, len(scored), self.world))
+        self.work["surprise_sequences"] += len(self.share.local_of(scored))
         self.work["surprise_seconds"] += time.perf_counter() - t0
         self.surprise_stats = np.full((len(self.data.keys), len(STATS)), np.nan, dtype=np.float32)
         offsets = self.data.key_rows_of()
@@ -234,12 +231,12 @@ class UnlabelledTrainer(MaskedLMSteps, PhasedTrainer):
             return
         train = np.asarray(self.splits["train"], dtype=np.int64)
         vocabulary = np.asarray(self.splits.get("vocabulary", train), dtype=np.int64)
-        self.novel = NovelValues.fit(self.data, train, vocabulary, self.novel_key, self.tok.val_sep_id,
-                                     skipped_ids(self.tok))
+        # each data-parallel rank reads its own sequences' values, then all gather (training.engine.rank_share)
+        self.novel, self.novel_counts = self.share.novel_values(train, vocabulary, self.novel_key,
+                                                                self.tok.val_sep_id, skipped_ids(self.tok))
         if self.novel is None:
             log.info("no values of key %r in the train sequences: no novel values line", self.novel_key)
             return
-        self.novel_counts = self.novel.counts(self.data)
         log.info("novel values: %d values of key %r that the masked LM's sequences never hold",
                  len(self.novel.values), self.novel_key)
 

@@ -34,6 +34,7 @@ from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import data_parallel
 from training.engine.modes import MODES, SELECTABLE, get_mode
+from training.engine.rank_share import RankShare
 from training.engine.sizes import resolve_size, size_settings
 from training.engine.trainer import TrainConfig
 from training.serving import tracking
@@ -242,7 +243,11 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         raise ValueError(f"mode table reads a text joined to its table, and task {task_name} has no table_source; "
                          "declare table_source (docs/tables.md) or leave --mode table out")
     tok = ValueTokenizer.from_file(seq_dir / "tokenizer.json")
-    data = TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
+    # a data-parallel rank of the KR-cache trainers reads the index of every sequence and the windows of its
+    # share (training.engine.rank_share); the end-to-end modes encode any batch's windows: every rank reads all
+    rank, world = data_parallel(train_overrides.get("deepspeed"))
+    share = None if mode.end_to_end else RankShare.read(seq_dir / "windows.parquet", rank, world)
+    data = share.index if share else TokenizedSequences.read_parquet(seq_dir / "windows.parquet")
     split_df = pl.read_parquet(seq_dir / "splits.parquet")
     y = label_vector(data.sequence_ids, split_df.filter(pl.col("label").is_not_null()), classes, spec)
     split_of = dict(zip(split_df["sequence_id"].to_list(), split_df["split"].to_list()))
@@ -304,7 +309,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         if rank == 0 else {"progress": False}
     trainer_class = mode.trainer_class()  # training.engine.modes
     if mode.name == "unlabelled":
-        trainer = trainer_class(model, tok, data, y, splits, train_cfg, job, threshold=spec.threshold_policy(), **hooks)
+        trainer = trainer_class(model, tok, data, y, splits, train_cfg, job, threshold=spec.threshold_policy(),
+                                share=share, **hooks)
     elif mode.end_to_end:
         objects = task_objects(sequence_objects(seq_dir, data_root, spec), spec)
         model, inputs = mode.build_model(model.config, data, tok, objects, spec.exclude_keys, pretrained)
@@ -312,7 +318,7 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     else:
         if model.config.item_history:
             data.item_history = read_item_history(seq_dir, data.sequence_ids)
-        trainer = trainer_class(model, tok, data, y, splits, train_cfg, job, **hooks)
+        trainer = trainer_class(model, tok, data, y, splits, train_cfg, job, share=share, **hooks)
     config = model.config
     if resume and not trainer.resume():
         raise FileNotFoundError(f"nothing to resume: no checkpoint under {job / 'checkpoints'}")
@@ -385,7 +391,12 @@ def resume_train(job: str | Path, progress: bool = True, device: str | None = No
     kwargs = json.loads(path.read_text())
     if device is not None:
         kwargs["train_overrides"] = {**kwargs.get("train_overrides", {}), "device": device}
-    return stage_train(**kwargs, progress=progress, resume=True)
+    result = stage_train(**kwargs, progress=progress, resume=True)
+    if data_parallel(kwargs.get("train_overrides", {}).get("deepspeed"))[1] > 1:
+        from training.engine.deepspeed_engine import finish_distributed
+
+        finish_distributed()
+    return result
 
 
 def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int = 0, mode: str | None = None,
@@ -407,9 +418,14 @@ def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int =
         from training.engine.deepspeed_engine import barrier
 
         barrier()
-    return stage_train(workdir, task.name, size, seed, progress=progress, pretrained=pretrained,
-                       pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
-                       model_overrides=config.get("model"), data_root=data_root)
+    result = stage_train(workdir, task.name, size, seed, progress=progress, pretrained=pretrained,
+                         pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
+                         model_overrides=config.get("model"), data_root=data_root)
+    if world > 1:
+        from training.engine.deepspeed_engine import finish_distributed
+
+        finish_distributed()
+    return result
 
 
 # --- 5. score ---------------------------------------------------------------------------------
