@@ -246,6 +246,12 @@ class S3Path:
     def write_text(self, text: str, encoding: str = "utf-8") -> int:
         return self.write_bytes(text.encode(encoding))
 
+    def download(self, local: str | os.PathLike) -> None:
+        """This key to a local file (streamed: a large file never sits in memory whole)."""
+        if self._head() is None:
+            raise FileNotFoundError(str(self))
+        client().download_file(self.bucket, self.key, str(local))
+
     def upload(self, local: str | os.PathLike) -> None:
         """A local file to this key (a multipart upload for a large file: it appears only when complete)."""
         client().upload_file(str(local), self.bucket, self.key)

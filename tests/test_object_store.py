@@ -6,6 +6,7 @@ that replaces flock on S3, MLflow artifacts on S3, and the CLI's one-line errors
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -232,3 +233,81 @@ def test_cli_score_reads_and_writes_s3(runs, tmp_path):
     assert _keys("scored/") == [f"scored/date={DAY}/part-0.parquet"]
     remote = pl.read_parquet(f"s3://{BUCKET}/scored/date={DAY}/part-0.parquet")
     assert remote.height > 0 and remote.equals(pl.read_parquet(local_out / f"date={DAY}" / "part-0.parquet"))
+
+
+def test_the_dags_run_on_an_s3_data_root(s3, tmp_path):
+    """seqenc_ingest -> seqenc_nightly_training -> seqenc_batch_score (``dag.test`` in a fresh
+    interpreter, SQLite) with the DAG param ``data_root = s3://...`` under ``$SEQENC_OBJECT_ROOT``,
+    and the same three DAGs with the default local root on a copy of the landing directory: the
+    objects, labels and Drain3 state on the bucket equal the local ones, nothing of the data or the
+    predictions lands in the S3 run's workdir, and the two runs' predictions are equal."""
+    from airflow_run import airflow_env, migrate, run_dag
+
+    from parsers.synthetic import generate_hdfs_logs
+
+    day, logical, remote = "2025-03-01", "2025-03-02T00:00:00", f"s3://{BUCKET}/dags/data"
+    results, works = {}, {"s3": tmp_path / "s3-work", "local": tmp_path / "local-work"}
+    landing = works["s3"] / "landing" / "hdfs" / day
+    landing.mkdir(parents=True)
+    generate_hdfs_logs(landing / "hdfs-0.log", landing / "hdfs-0_labels.csv", n_blocks=120, anomaly_rate=0.1, seed=0)
+    shutil.copytree(works["s3"] / "landing", works["local"] / "landing")
+    for name, work in works.items():
+        root = {"data_root": remote} if name == "s3" else {}
+        env = airflow_env(tmp_path / f"{name}-airflow", {"SEQENC_WORKDIR": str(work), "OMP_NUM_THREADS": "1",
+                                                         "SEQENC_OBJECT_ROOT": f"s3://{BUCKET}/dags"})
+        migrate(env)
+        confs = {"seqenc_ingest": {"workdir": str(work), "date": day, **root},
+                 "seqenc_nightly_training": {"workdir": str(work), "tasks": ["anomaly"], "size": "tiny",
+                                             "window_days": 3, "date": day, **root},
+                 "seqenc_batch_score": {"workdir": str(work), "date": day, **root}}
+        for dag_id, conf in confs.items():
+            run = run_dag(dag_id, conf, env, logical)
+            assert run["run_state"] == "success", run["_output"][-5000:]
+            results[name, dag_id] = run
+    local = works["local"] / "data"
+    assert storage.read_objects(remote, "hdfs", day).height > 0
+    assert storage.read_objects(remote, "hdfs", day).equals(storage.read_objects(local, "hdfs", day))
+    assert storage.read_labels(remote, "hdfs").equals(storage.read_labels(local, "hdfs"))
+    assert json.loads(storage.drain_state_path(remote, "hdfs").read_bytes()) == \
+        json.loads(storage.drain_state_path(local, "hdfs").read_bytes())
+    assert not (works["s3"] / "data").exists()  # the S3 run's data went to the bucket only
+    part = f"anomaly/date={day}/part-0.parquet"  # the predictions go beside an S3 data root
+    scored = {"s3": pl.read_parquet(f"s3://{BUCKET}/dags/data/predictions/{part}").sort("sequence_id"),
+              "local": pl.read_parquet(works["local"] / "predictions" / part).sort("sequence_id")}
+    assert not (works["s3"] / "predictions").exists()
+    assert scored["s3"].height > 0 and scored["s3"]["sequence_id"].equals(scored["local"]["sequence_id"])
+    assert (scored["s3"]["score"] - scored["local"]["score"]).abs().max() < 1e-6
+
+
+def test_a_catalogue_source_on_s3_ingests_as_its_local_copy(runs, s3, tmp_path):
+    """A catalogue source whose raw ``path`` (a glob) and ``labels`` are ``s3://`` URIs: ``seqenc
+    ingest logs --source`` fetches them and writes the same objects, labels and templates as the
+    same files on disk; a glob matching nothing is a one-line error."""
+    raw = runs["raw"]
+    client = objectstore.client()
+    client.upload_file(raw["path"], BUCKET, "landing/hdfs/hdfs.log")
+    client.upload_file(raw["labels"], BUCKET, "landing/hdfs-labels/hdfs_labels.csv")
+    catalogs = {}
+    for name, where in (("s3", f"s3://{BUCKET}/landing"), ("disk", str(tmp_path / "landing"))):
+        if name == "disk":
+            (tmp_path / "landing" / "hdfs").mkdir(parents=True)
+            (tmp_path / "landing" / "hdfs-labels").mkdir()
+            shutil.copy(raw["path"], tmp_path / "landing" / "hdfs" / "hdfs.log")
+            shutil.copy(raw["labels"], tmp_path / "landing" / "hdfs-labels" / "hdfs_labels.csv")
+        catalogs[name] = tmp_path / f"{name}.toml"
+        catalogs[name].write_text(f'[sources.app]\nkind = "logs"\npreset = "hdfs"\npath = "{where}/hdfs/*.log"\n'
+                                  f'labels = "{where}/hdfs-labels/hdfs_labels.csv"\n')
+    roots = {"s3": f"s3://{BUCKET}/from-catalogue", "disk": str(tmp_path / "data")}
+    for name in roots:
+        assert main(["ingest", "logs", "--catalog", str(catalogs[name]), "--source", "app", "--root", roots[name],
+                     "--date", DAY]) == 0
+    assert storage.read_objects(roots["s3"], "app").height > 0
+    assert storage.read_objects(roots["s3"], "app").equals(storage.read_objects(roots["disk"], "app"))
+    assert storage.read_labels(roots["s3"], "app").equals(storage.read_labels(roots["disk"], "app"))
+    assert json.loads(storage.drain_state_path(roots["s3"], "app").read_bytes()) == \
+        json.loads(storage.drain_state_path(roots["disk"], "app").read_bytes())
+    assert f"from-catalogue/objects/source=app/ingest_date={DAY}/part-hdfs.log.parquet" in _keys("from-catalogue/")
+    catalogs["s3"].write_text(catalogs["s3"].read_text().replace("*.log", "*.gz"))
+    message = cli_error(["ingest", "logs", "--catalog", str(catalogs["s3"]), "--source", "app", "--root",
+                         roots["s3"]])
+    assert "matches no file" in message and "s3://" in message

@@ -10,6 +10,12 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
+from pathlib import Path
+
+from parsers.objectstore import as_path, is_remote
+
+log = logging.getLogger(__name__)
 
 
 def _run_ingest(fn) -> int:
@@ -47,26 +53,51 @@ def _source_spec(args, catalog, kind: str):
     return spec.model_validate({**spec.model_dump(), **given})
 
 
-def _input_files(args, catalog, spec) -> list[str]:
-    """FILE(s), else the files the catalogue's ``path`` (a file, glob or folder) names."""
+def _input_files(args, catalog, spec, scratch: Path) -> list[str]:
+    """FILE(s), else the files the catalogue's ``path`` (a file, glob or folder; ``s3://`` too)
+    names. Raw files on S3 are downloaded into ``scratch`` first (:func:`_fetch`)."""
     if args.file:
-        return list(args.file) if isinstance(args.file, list) else [args.file]
+        files = list(args.file) if isinstance(args.file, list) else [args.file]
+        return [_fetch(f, scratch, "input") for f in files] if any(is_remote(f) for f in files) else files
     if not spec.path:
         raise ValueError(f"no input: give FILE, or a path for source {args.source!r} in the catalogue")
-    where = catalog.resolve_path(spec.path)
+    where = as_path(spec.path) if is_remote(spec.path) else catalog.resolve_path(spec.path)
     files = sorted(p for p in (where.iterdir() if where.is_dir() else where.parent.glob(where.name)) if p.is_file())
     if not files:
         raise FileNotFoundError(f"source {args.source!r}: its catalogue path {where} matches no file")
+    if is_remote(spec.path):
+        _refuse_shared_parts([str(p) for p in files])  # before a download could overwrite another
+        return [_fetch(str(p), scratch, "input") for p in files]
     return [str(p) for p in files]
 
 
+def _fetch(path: str, scratch: Path, folder: str) -> str:
+    """A raw file: local as given; an ``s3://`` one downloaded to ``scratch/folder/<its name>``.
+    The name is kept because it names the part and a table's or text's id, as on disk."""
+    if not is_remote(path):
+        return path
+    local = scratch / folder / as_path(path).name
+    local.parent.mkdir(parents=True, exist_ok=True)
+    if local.exists():
+        raise ValueError(f"two raw files named {local.name}: one would overwrite the other; rename one")
+    as_path(path).download(local)
+    log.info("downloaded %s to %s", path, local)
+    return str(local)
+
+
 def _ingest(args, kind: str) -> int:
-    from parsers.landing import ingest_path
     from training.tasks.catalog import load_catalog
 
     catalog = load_catalog(args.catalog)  # resolved once, here
     spec = _source_spec(args, catalog, kind)
-    files = _input_files(args, catalog, spec)
+    with tempfile.TemporaryDirectory(prefix="seqenc-raw-") as scratch:  # raw files fetched from S3, if any
+        return _ingest_files(args, kind, catalog, spec, Path(scratch))
+
+
+def _ingest_files(args, kind: str, catalog, spec, scratch: Path) -> int:
+    from parsers.landing import ingest_path
+
+    files = _input_files(args, catalog, spec, scratch)
     _refuse_shared_parts(files)
     code = 0
     if kind == "logs" and getattr(args, "workers", 1) > 1 and len(files) > 1:
@@ -75,9 +106,11 @@ def _ingest(args, kind: str) -> int:
         for path in files:
             code = max(code, _run_ingest(lambda p=path: ingest_path(p, args.root, args.source, spec, kind,
                                                                      ingest_date=args.date)))
-    labels = args.labels or (str(catalog.resolve_path(spec.labels)) if spec.labels else None)
+    labels = args.labels or (spec.labels if spec.labels and is_remote(spec.labels) else
+                             str(catalog.resolve_path(spec.labels)) if spec.labels else None)
     if labels:
-        report = ingest_path(labels, args.root, args.source, spec, "labels", ingest_date=args.date)
+        report = ingest_path(_fetch(labels, scratch, "labels"), args.root, args.source, spec, "labels",
+                             ingest_date=args.date)
         print(json.dumps({"labels": report}, indent=2, default=str))
     return code
 

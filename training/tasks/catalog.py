@@ -6,7 +6,8 @@ demo's sources and tasks)::
 
     [sources.payments]                  # a name of [A-Za-z0-9_.-]: it becomes a partition folder
     kind = "events"                     # "logs" | "events" | "tables" | "texts"
-    path = "landing/payments/*.jsonl"   # file or glob of raw files (relative: to the catalogue's folder)
+    path = "landing/payments/*.jsonl"   # file or glob of raw files (relative: to the catalogue's folder;
+                                        # s3://bucket/... too: fetched by seqenc ingest)
     session_field = "order.id"          # events: the field that groups events into sequences
     ts_field = "at"                     # events: the time field
     labels = "labels/payments.csv"      # optional labels CSV ...
