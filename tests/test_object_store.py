@@ -311,3 +311,16 @@ def test_a_catalogue_source_on_s3_ingests_as_its_local_copy(runs, s3, tmp_path):
     message = cli_error(["ingest", "logs", "--catalog", str(catalogs["s3"]), "--source", "app", "--root",
                          roots["s3"]])
     assert "matches no file" in message and "s3://" in message
+
+
+def test_evaluate_reads_an_s3_root(runs, capsys):
+    """``seqenc evaluate --root s3://...`` scores the labelled test split from the bucket, as the
+    local run's evaluate does from disk."""
+    printed = {}
+    for name, root in (("remote", runs["remote_root"]), ("local", runs["local_root"])):
+        assert main(["evaluate", "--workdir", str(runs["base"] / name), "--task", "anomaly", "--root", root,
+                     "--no-progress"]) == 0
+        out = capsys.readouterr().out
+        printed[name] = json.loads(out[out.index("{"):])
+    assert printed["remote"]["sequences"] == printed["local"]["sequences"] > 0
+    assert printed["remote"]["metrics"] == pytest.approx(printed["local"]["metrics"])

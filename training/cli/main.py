@@ -8,7 +8,7 @@
     seqenc profile --root ROOT --source S   per key: distinct values, share, unique per object; a starter task
     seqenc tasks [--catalog FILE]  the declared tasks, with ingested / labelled sequences per class
     seqenc train --workdir DIR --task T [--catalog FILE] [--mode M]   one training job (--resume JOB)
-    seqenc evaluate --workdir DIR --task T [--model URI] [--split S | --date D]   a task's metrics on labelled data
+    seqenc evaluate --workdir DIR --task T [--root R] [--model URI] [--split S | --date D]   a task's metrics
     seqenc score --model URI_OR_DIR --input PARQUET_DIR --out DIR   batch scoring, partitioned by date
     seqenc bench model --json OUT  TVM-KA vs flattened BERT (cut at the window and whole): time, peak memory
     seqenc logformat suggest FILE  a header for a log file of unknown layout (first line), and a formats JSON
@@ -129,7 +129,8 @@ def cmd_evaluate(args) -> int:
 
     task = task_of_workdir(args.workdir, args.task, args.catalog)  # resolved once, here
     result = evaluate_task(args.workdir, task, model=args.model, split=args.split,
-                           dates=args.date, tracking_dir=args.tracking_dir, progress=not args.no_progress)
+                           dates=args.date, tracking_dir=args.tracking_dir, progress=not args.no_progress,
+                           data_root=args.root)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -307,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(--split, default test) or every labelled sequence of some ingest dates (--date) -- and "
                         "prints the task's metrics as JSON.")
     ev.add_argument("--workdir", required=True, help="work directory holding data/ (and the task's training)")
+    ev.add_argument("--root", default=None, metavar="ROOT",
+                    help="data root to read (default WORKDIR/data; a folder or s3://bucket/prefix)")
     ev.add_argument("--task", required=True)
     ev.add_argument("--catalog", default=None, metavar="TOML")
     ev.add_argument("--model", default=None, metavar="URI_OR_DIR",

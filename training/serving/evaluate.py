@@ -28,7 +28,7 @@ import numpy as np
 import polars as pl
 from sklearn.metrics import average_precision_score
 
-from parsers import storage
+from parsers import objectstore, storage
 from parsers.names import check_name
 from training.tasks.catalog import Task
 from training.tasks.metrics import ranking_metrics, ranking_metrics_of_lists, task_metrics
@@ -74,22 +74,24 @@ def task_of_workdir(workdir: str | Path, name: str, catalog=None) -> TaskSpec:
 
 def evaluate_task(workdir: str | Path, task: TaskSpec, model: str | None = None,
                   split: str | None = None, dates: list[str] | None = None, tracking_dir: str | None = None,
-                  progress: bool = True) -> dict:
+                  progress: bool = True, data_root: str | None = None) -> dict:
     """``seqenc evaluate``: the task's metrics on the sequences of ``split`` (train / dev / test
     of the work directory's last sequences build) or, with ``dates``, on every labelled
     sequence of those ingest dates (``split`` then narrows them). ``model``: a bundle
     directory or a registry URI (default: the work directory's bundle of the task). ``task``:
-    resolved by the caller (:func:`task_of_workdir`)."""
+    resolved by the caller (:func:`task_of_workdir`). ``data_root``: where the objects and labels
+    are (default ``workdir/data``; ``s3://bucket/prefix`` too)."""
     from training.serving.registry import is_model_uri, resolve_model
     from training.serving.scoring import load_bundle, score_objects
 
     workdir = Path(workdir)
+    root = objectstore.as_path(data_root) if data_root else workdir / "data"
     task_name = task.name
     seq_dir = workdir / "sequences" / task_name
     classes = read_task(seq_dir)[1] if (seq_dir / "task.json").is_file() else None
-    labels, _ = storage.unique_labels(workdir / "data", task.source)
+    labels, _ = storage.unique_labels(root, task.source)
     if labels.height == 0:
-        raise FileNotFoundError(f"source {task.source!r} has no labels under {workdir / 'data'}: nothing to evaluate "
+        raise FileNotFoundError(f"source {task.source!r} has no labels under {root}: nothing to evaluate "
                                 "against; ingest labels with --labels")
     chosen = labels
     if split is not None or dates is None:
@@ -99,7 +101,7 @@ def evaluate_task(workdir: str | Path, task: TaskSpec, model: str | None = None,
                                     "give --date to evaluate on every labelled sequence of those days")
         ids = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("split") == split).select("sequence_id")
         chosen = chosen.join(ids, on="sequence_id", how="semi")
-    objects = read_task_objects(workdir / "data", task, dates)
+    objects = read_task_objects(root, task, dates)
     objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
     if objects.height == 0:
         where = " and ".join(w for w in (f"split {split}" if split else "",
