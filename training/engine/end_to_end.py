@@ -46,6 +46,7 @@ from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import make_engine, shard
 from training.engine.modes import END_TO_END
 from training.engine.phased import PhasedTrainer
+from training.engine.sharding import all_gather_ragged
 from training.engine.table_pretrain import LookupCurriculum
 from training.engine.trainer import TrainConfig, phase_plan
 from training.tasks.data import class_weights
@@ -99,6 +100,7 @@ class EndToEndTrainer(PhasedTrainer):
             for _ in range(self.cfg.grad_accum):
                 batch = self.rng.choice(train_idx, size=min(self.cfg.batch_size, len(train_idx)), replace=False)
                 batch = shard(batch, self.rank, self.world)
+                self.work["task_rows"] += len(batch)
                 inputs = to_model(self.inputs(batch.tolist()), self.model)
                 labels, weights = to_model((torch.as_tensor(self.y[batch]), self.weights), self.model)
                 loss = F.cross_entropy(self.model(*inputs), labels, weight=weights)
@@ -137,15 +139,24 @@ class EndToEndTrainer(PhasedTrainer):
 
     @torch.no_grad()
     def probabilities(self, index: np.ndarray | None = None) -> np.ndarray:
-        """[n_sequences, n_outputs]: the rows ``index`` (default all) from forward passes, others NaN."""
+        """[n_sequences, n_outputs]: the rows ``index`` (default all) from forward passes, others NaN.
+        With several data-parallel ranks each computes the rows ``index[rank::world]`` and all
+        gather (training.engine.sharding; ZeRO 3, whose forward passes are collective, is refused)."""
         self.model.eval()
         index = np.arange(len(self.y)) if index is None else np.asarray(index)
         index = index if len(index) else np.arange(min(1, len(self.y)))  # one row still gives the width
+        mine = index[self.rank::self.world]
+        self.work["eval_rows"] += len(mine)
         size = max(1, self.cfg.batch_size * 2)
-        probs = torch.cat([torch.softmax(self.model(*to_model(self.inputs(index[i:i + size].tolist()), self.model)),
-                                         -1).float().cpu() for i in range(0, len(index), size)]).numpy()
-        out = np.full((len(self.y), probs.shape[1]), np.nan, dtype=probs.dtype)
-        out[index] = probs
+        probs = [torch.softmax(self.model(*to_model(self.inputs(part.tolist()), self.model)), -1).float().cpu()
+                 for part in (mine[i:i + size] for i in range(0, len(mine), size))]
+        if not probs:  # a rank with no rows: one forward pass for the width
+            probs = [torch.softmax(self.model(*to_model(self.inputs(index[:1].tolist()), self.model)), -1)
+                     .float().cpu()[:0]]
+        probs = torch.cat(probs)
+        out = np.full((len(self.y), probs.shape[1]), np.nan, dtype=np.float32)
+        for r, part in enumerate(all_gather_ragged(probs, self.world)):
+            out[index[r::self.world]] = part.numpy()
         return out
 
     def split_probabilities(self, splits: tuple[str, ...]) -> np.ndarray:

@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 
 
 WORK_COUNTS = ("mlm_rows", "ka_rows", "refreshes", "refresh_windows", "refresh_tokens", "refresh_encode_seconds",
-               "refresh_seconds",
-               "surprise_sequences", "surprise_seconds")
+               "refresh_seconds", "surprise_sequences", "surprise_seconds",
+               "task_rows", "eval_rows")  # the end-to-end trainers' batch rows and evaluation forward passes
 
 # train config fields a resumed run may change: where it runs is not what it computes
 RESUMABLE_CHANGES = ("device",)

@@ -34,7 +34,8 @@ resumed job counts from the resume.
 The value sequences are built by every rank, each its range of the sorted sequence ids (steps
 1 and 4 of training.tasks.sequence_build; rank 0 does the split and the vocabulary and writes the
 files). The end-to-end modes (training.engine.end_to_end: each update encodes the windows of its
-batch's sequences) still read the whole windows file on every rank.
+batch's sequences) still read the whole windows file on every rank; each rank computes the rows
+``rank::world`` of their evaluations, then all gather.
 """
 
 from __future__ import annotations
