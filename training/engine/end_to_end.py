@@ -43,10 +43,10 @@ from seqenc.pretrained import load_bert_encoder, load_bert_table_encoder
 from seqenc.sequences import TokenizedSequences
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
+from training.engine.collectives import all_gather_ragged
 from training.engine.engines import make_engine, shard
 from training.engine.modes import END_TO_END
 from training.engine.phased import PhasedTrainer
-from training.engine.sharding import all_gather_ragged
 from training.engine.table_pretrain import LookupCurriculum
 from training.engine.trainer import TrainConfig, phase_plan
 from training.tasks.data import class_weights

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from training.engine.checkpoint import Checkpointer, restore_rng, rng_state
+from training.engine.collectives import gather_work
 from training.engine.engines import data_parallel, mean_over_ranks, training_device
-from training.engine.sharding import gather_work
 from training.tasks.metrics import headline, split_metrics
 from training.tasks.thresholds import fit_threshold
 

@@ -41,7 +41,7 @@ import pyarrow.parquet as pq
 
 from seqenc.novel_values import NovelValues, key_value_sets
 from seqenc.sequences import TokenizedSequences, index_windows
-from training.engine.sharding import gather_concat
+from training.engine.collectives import gather_concat
 
 
 class NotHeld:

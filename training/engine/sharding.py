@@ -23,12 +23,12 @@ and the trainers divide the work between the ranks (one rank does all of it, as 
 * **the final surprise** (seqenc.surprise, one forward pass per masked copy of a window: the
   costliest part of an anomaly job): each rank scores the scored sequences of its share
   (whole sequences, since the statistics are per key row of a sequence), then
-  :func:`gather_concat` and every rank holds all the statistics.
+  training.engine.collectives.gather_concat and every rank holds all the statistics.
 
 What each rank did is counted, not assumed: the trainer adds to ``PhasedTrainer.work`` the
 distinct windows and tokens it encoded in each refresh, the sequences it scored for the surprise, the
 rows of batches it read, and the seconds these took; :func:`gather_work` collects every rank's
-counts at the end of ``fit`` (``result["data_parallel"]``). They count this process's work: a
+counts at the end of ``fit`` (``result["data_parallel"]``; training.engine.collectives). They count this process's work: a
 resumed job counts from the resume.
 
 The value sequences are built by every rank, each its range of the sorted sequence ids (steps
@@ -49,64 +49,10 @@ import torch
 from tqdm.auto import tqdm
 
 from seqenc.sequences import TokenizedSequences
+from training.engine.collectives import all_gather_ragged, gather_concat
 
 if TYPE_CHECKING:
     from training.engine.rank_share import RankShare
-
-
-def _device() -> torch.device:
-    import torch.distributed as dist
-
-    return torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-
-
-def _active(world: int) -> bool:
-    import torch.distributed as dist
-
-    return world > 1 and dist.is_available() and dist.is_initialized()
-
-
-def all_gather_ragged(local: torch.Tensor, world: int) -> list[torch.Tensor]:
-    """Every rank's ``local`` ([n_r, ...], same trailing shape and dtype; n_r may differ), in rank
-    order, on every rank (CPU tensors). One rank: ``[local]``."""
-    if not _active(world):
-        return [local]
-    import torch.distributed as dist
-
-    device = _device()
-    sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([len(local)], dtype=torch.int64, device=device))
-    sizes = [int(s.item()) for s in sizes]
-    padded = torch.zeros(max(sizes), *local.shape[1:], dtype=local.dtype, device=device)
-    padded[:len(local)] = local.to(device)
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    return [part[:n].cpu() for part, n in zip(parts, sizes)]
-
-
-def gather_work(work: dict[str, float], rank: int, world: int) -> dict:
-    """``{"rank", "world", "work": this rank's counts, "per_rank": [every rank's counts]}``; every
-    rank must call it at the same point (the end of ``fit``)."""
-    keys = sorted(work)
-    mine = torch.tensor([float(work[k]) for k in keys], dtype=torch.float64)
-    parts = all_gather_ragged(mine[None], world) if _active(world) else [mine[None]]
-    per_rank = [{k: _number(k, v) for k, v in zip(keys, part[0].tolist())} for part in parts]
-    return {"rank": rank, "world": world, "work": per_rank[rank] if len(per_rank) > rank else per_rank[0],
-            "per_rank": per_rank}
-
-
-def _number(key: str, value: float):
-    return float(value) if key.endswith("seconds") else int(round(value))
-
-
-
-def gather_concat(local: np.ndarray, world: int) -> np.ndarray:
-    """Every rank's 1-d or 2-d ``local`` array concatenated in rank order, on every rank (the
-    ranks' shares are contiguous, so this is the order of the whole); one rank: ``local``."""
-    if world == 1:
-        return local
-    parts = all_gather_ragged(torch.as_tensor(np.ascontiguousarray(local)), world)
-    return torch.cat(parts).numpy()
 
 
 def sharded_key_surprise(tvm, share: RankShare, sequences: np.ndarray, **kwargs) -> np.ndarray:
