@@ -181,7 +181,7 @@ def rank_mlm_batches(share: RankShare, train: np.ndarray, tok: ValueTokenizer, c
     if len(mine) == 0:
         raise ValueError(f"data-parallel rank {share.rank} of {share.world} holds none of the {len(train)} train "
                          "sequences: use fewer ranks")
-    train = share.local if len(mine) == share.local.n_sequences else share.local.subset(mine)
+    train = share.local if np.array_equal(mine, np.arange(share.local.n_sequences)) else share.local.subset(mine)
     rvd = {}  # replaced-value detection (seqenc.config): swapped values, half the rows
     if model.config.replaced_value_detection:
         rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
