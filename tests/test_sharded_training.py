@@ -1,8 +1,10 @@
-"""Data parallelism that divides the work (training.engine.sharding, training.tasks.sequence_build):
-with two CPU ranks (gloo, started as torchrun starts them) each rank builds the value sequences of
-half the sequences, encodes half the distinct windows of every KR refresh and scores half the
-sequences of the final surprise; rank 0 writes one rank's sequence files, every rank ends with the
-whole cache, the metrics are one rank's, and the bundle rank 0 saves loads and scores."""
+"""Data parallelism that divides the work (training.engine.rank_share, training.engine.sharding,
+training.tasks.sequence_build): with two CPU ranks (gloo, started as torchrun starts them) each rank
+builds the value sequences of half the sequences, reads the windows of its half only, draws its
+masked-LM batches from them, encodes the distinct windows it owns in every KR refresh (each window
+once across the ranks) and scores its sequences' surprise; rank 0 writes one rank's sequence files,
+every rank ends with the whole cache, the metrics are one rank's within stated tolerances, and the
+bundle rank 0 saves loads and scores. An end-to-end mode divides its evaluations."""
 
 from __future__ import annotations
 
