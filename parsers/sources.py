@@ -13,6 +13,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from parsers.objectstore import S3Path
+
 SOURCE_KINDS = ("logs", "events", "tables", "texts")
 # the demo's data generators (training.pipeline.stages.stage_generate), by what they write
 DEMO_GENERATORS = ("hdfs_logs", "session_events", "purchases")
@@ -96,4 +98,4 @@ class SourceCatalog(Protocol):
 
     sources: Mapping[str, Source]
 
-    def resolve_path(self, path: str) -> Path: ...
+    def resolve_path(self, path: str) -> Path | S3Path: ...  # s3:// paths resolve to parsers.objectstore.S3Path

@@ -57,18 +57,14 @@ def _input_files(args, catalog, spec, scratch: Path) -> list[str]:
     """FILE(s), else the files the catalogue's ``path`` (a file, glob or folder; ``s3://`` too)
     names. Raw files on S3 are downloaded into ``scratch`` first (:func:`_fetch`)."""
     if args.file:
-        files = list(args.file) if isinstance(args.file, list) else [args.file]
-        return [_fetch(f, scratch, "input") for f in files] if any(is_remote(f) for f in files) else files
+        return [_fetch(f, scratch, "input") for f in (args.file if isinstance(args.file, list) else [args.file])]
     if not spec.path:
         raise ValueError(f"no input: give FILE, or a path for source {args.source!r} in the catalogue")
-    where = as_path(spec.path) if is_remote(spec.path) else catalog.resolve_path(spec.path)
+    where = catalog.resolve_path(spec.path)
     files = sorted(p for p in (where.iterdir() if where.is_dir() else where.parent.glob(where.name)) if p.is_file())
     if not files:
         raise FileNotFoundError(f"source {args.source!r}: its catalogue path {where} matches no file")
-    if is_remote(spec.path):
-        _refuse_shared_parts([str(p) for p in files])  # before a download could overwrite another
-        return [_fetch(str(p), scratch, "input") for p in files]
-    return [str(p) for p in files]
+    return [_fetch(str(p), scratch, "input") for p in files]
 
 
 def _fetch(path: str, scratch: Path, folder: str) -> str:
@@ -106,8 +102,7 @@ def _ingest_files(args, kind: str, catalog, spec, scratch: Path) -> int:
         for path in files:
             code = max(code, _run_ingest(lambda p=path: ingest_path(p, args.root, args.source, spec, kind,
                                                                      ingest_date=args.date)))
-    labels = args.labels or (spec.labels if spec.labels and is_remote(spec.labels) else
-                             str(catalog.resolve_path(spec.labels)) if spec.labels else None)
+    labels = args.labels or (str(catalog.resolve_path(spec.labels)) if spec.labels else None)
     if labels:
         report = ingest_path(_fetch(labels, scratch, "labels"), args.root, args.source, spec, "labels",
                              ingest_date=args.date)

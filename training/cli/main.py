@@ -159,6 +159,9 @@ def cmd_train(args) -> int:
         result = run_train(args.workdir, task, size=args.size, seed=args.seed, mode=args.mode, config=config,
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
                            progress=not args.no_progress, data_root=args.root)
+    from training.engine.deepspeed_engine import finish_distributed
+
+    finish_distributed()  # data-parallel ranks leave their process group together (a no-op otherwise)
     print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir", "data_parallel")
                       if k in result}, indent=2))
     if result.get("tracking_uri"):  # rank 0 (other data-parallel ranks log nothing)

@@ -45,7 +45,7 @@ def gather_work(work: dict[str, float], rank: int, world: int) -> dict:
     rank must call it at the same point (the end of ``fit``)."""
     keys = sorted(work)
     mine = torch.tensor([float(work[k]) for k in keys], dtype=torch.float64)
-    parts = all_gather_ragged(mine[None], world) if _active(world) else [mine[None]]
+    parts = all_gather_ragged(mine[None], world)
     per_rank = [{k: _number(k, v) for k, v in zip(keys, part[0].tolist())} for part in parts]
     return {"rank": rank, "world": world, "work": per_rank[rank] if len(per_rank) > rank else per_rank[0],
             "per_rank": per_rank}
@@ -53,7 +53,6 @@ def gather_work(work: dict[str, float], rank: int, world: int) -> dict:
 
 def _number(key: str, value: float):
     return float(value) if key.endswith("seconds") else int(round(value))
-
 
 
 def gather_concat(local: np.ndarray, world: int) -> np.ndarray:

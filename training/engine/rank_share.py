@@ -93,6 +93,12 @@ class RankShare:
         s = np.asarray(sequences, dtype=np.int64)
         return s[(s >= self.start) & (s < self.stop)] - self.start
 
+    def local_part(self, sequences: np.ndarray) -> TokenizedSequences:
+        """The windows of those of ``sequences`` (indexes into the index) that are this rank's, in
+        the given order: ``local`` itself when they are all of it, in order."""
+        mine = self.local_of(sequences)
+        return self.local if np.array_equal(mine, np.arange(self.local.n_sequences)) else self.local.subset(mine)
+
     @classmethod
     def whole(cls, data: TokenizedSequences) -> RankShare:
         return cls(data, data)

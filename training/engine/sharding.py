@@ -27,9 +27,9 @@ and the trainers divide the work between the ranks (one rank does all of it, as 
 
 What each rank did is counted, not assumed: the trainer adds to ``PhasedTrainer.work`` the
 distinct windows and tokens it encoded in each refresh, the sequences it scored for the surprise, the
-rows of batches it read, and the seconds these took; :func:`gather_work` collects every rank's
-counts at the end of ``fit`` (``result["data_parallel"]``; training.engine.collectives). They count this process's work: a
-resumed job counts from the resume.
+rows of batches it read, and the seconds these took; training.engine.collectives.gather_work
+collects every rank's counts at the end of ``fit`` (``result["data_parallel"]``). They count this
+process's work: a resumed job counts from the resume.
 
 The value sequences are built by every rank, each its range of the sorted sequence ids (steps
 1 and 4 of training.tasks.sequence_build; rank 0 does the split and the vocabulary and writes the
@@ -65,9 +65,7 @@ def sharded_key_surprise(tvm, share: RankShare, sequences: np.ndarray, **kwargs)
     sequences = np.asarray(sequences, dtype=np.int64)
     if np.any(np.diff(sequences) <= 0):
         raise ValueError("the sequences to score must be increasing indexes")
-    mine = share.local_of(sequences)
-    local = share.local if len(mine) == share.local.n_sequences else share.local.subset(mine)
-    return gather_concat(key_surprise(tvm, local, **kwargs), share.world)
+    return gather_concat(key_surprise(tvm, share.local_part(sequences), **kwargs), share.world)
 
 
 # --- the KR refresh ------------------------------------------------------------------------------

@@ -177,16 +177,15 @@ def rank_mlm_batches(share: RankShare, train: np.ndarray, tok: ValueTokenizer, c
     """The masked-LM batches of this rank: over the windows of the ``train`` sequences (indexes
     into the index) of its share, ``batch_tokens / world`` tokens a batch, seeded ``seed + rank``
     (training.engine.rank_share); one rank: every train window, the configured batch and seed."""
-    mine = share.local_of(train)
-    if len(mine) == 0:
+    mine = share.local_part(train)
+    if mine.n_sequences == 0:
         raise ValueError(f"data-parallel rank {share.rank} of {share.world} holds none of the {len(train)} train "
                          "sequences: use fewer ranks")
-    train = share.local if np.array_equal(mine, np.arange(share.local.n_sequences)) else share.local.subset(mine)
     rvd = {}  # replaced-value detection (seqenc.config): swapped values, half the rows
     if model.config.replaced_value_detection:
-        rvd = {"window_keys": [train.keys[r] for r in train.window_key], "replace_prob": RVD_REPLACE_PROB,
+        rvd = {"window_keys": [mine.keys[r] for r in mine.window_key], "replace_prob": RVD_REPLACE_PROB,
                "max_len": model.config.max_positions}
-    return MLMBatches(train.windows, tok, max(1, cfg.batch_tokens // share.world), cfg.seed + share.rank,
+    return MLMBatches(mine.windows, tok, max(1, cfg.batch_tokens // share.world), cfg.seed + share.rank,
                       mask_unit=cfg.mlm_mask_unit, **rvd)
 
 

@@ -391,12 +391,7 @@ def resume_train(job: str | Path, progress: bool = True, device: str | None = No
     kwargs = json.loads(path.read_text())
     if device is not None:
         kwargs["train_overrides"] = {**kwargs.get("train_overrides", {}), "device": device}
-    result = stage_train(**kwargs, progress=progress, resume=True)
-    if data_parallel(kwargs.get("train_overrides", {}).get("deepspeed"))[1] > 1:
-        from training.engine.deepspeed_engine import finish_distributed
-
-        finish_distributed()
-    return result
+    return stage_train(**kwargs, progress=progress, resume=True)
 
 
 def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int = 0, mode: str | None = None,
@@ -418,14 +413,9 @@ def run_train(workdir: str, task: TaskSpec, size: str | None = None, seed: int =
         from training.engine.deepspeed_engine import barrier
 
         barrier()
-    result = stage_train(workdir, task.name, size, seed, progress=progress, pretrained=pretrained,
-                         pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
-                         model_overrides=config.get("model"), data_root=data_root)
-    if world > 1:
-        from training.engine.deepspeed_engine import finish_distributed
-
-        finish_distributed()
-    return result
+    return stage_train(workdir, task.name, size, seed, progress=progress, pretrained=pretrained,
+                       pretrained_layers=pretrained_layers, mode=mode, train_overrides=config.get("train"),
+                       model_overrides=config.get("model"), data_root=data_root)
 
 
 # --- 5. score ---------------------------------------------------------------------------------

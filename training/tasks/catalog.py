@@ -52,6 +52,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parsers.names import NAME
+from parsers.objectstore import S3Path, as_path, is_remote
 from parsers.sources import Source
 from training.engine.modes import SELECTABLE as TRAINING_MODES
 from training.engine.sizes import SIZES as _SIZES
@@ -279,8 +280,11 @@ class Catalog(_Strict):
     def where(self) -> str:
         return self.path or "the catalogue"
 
-    def resolve_path(self, path: str) -> Path:
-        """A path of the catalogue: absolute as given, relative to the catalogue's folder."""
+    def resolve_path(self, path: str) -> Path | S3Path:
+        """A path of the catalogue: an ``s3://`` URI or an absolute path as given, a relative one
+        against the catalogue's folder."""
+        if is_remote(path):
+            return as_path(path)
         p = Path(os.path.expanduser(path))
         return p if p.is_absolute() or not self.path else Path(self.path).parent / p
 
