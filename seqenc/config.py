@@ -19,13 +19,15 @@ TASKS = ("binary", "multiclass", "next_item")  # the model's heads (seqenc.heads
 TVM_POSITIONS = ("sequence", "within_value")
 TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer", "mafid")  # seqenc.table_model, seqenc.mafid
 KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
+TABLE_ROW_COUNTS = ("cells", "spans")  # what a row's match bucket counts: seqenc.table_inputs (row_match)
 KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
 # the buckets of a classifier's hashed bag of values (TVMKAConfig.value_counts, seqenc.heads)
 VALUE_COUNT_BUCKETS = 1 << 16
 # TableConfig's fields whose class default changed after models were saved without them: such a
 # saved config loads with the value it was trained with (TVMKAConfig.from_dict)
 LEGACY_FIELDS = {"table_match": False, "table_numeric": False, "tableformer_bias_scale": 1.0,
-                 "table_attention": "dense", "table_row_match": False}
+                 "table_attention": "dense", "table_row_match": False, "table_row_count": "cells",
+                 "table_header_match": False}
 
 
 @dataclass
@@ -274,6 +276,15 @@ class TableConfig(TVMKAConfig):
     # on 6 of 6 seeds by dense, against 3 of 6; lookup4 left the chance plateau at the bench's
     # budget); off for a config saved before the field (LEGACY_FIELDS)
     table_row_match: bool = True
+    # what a row's match bucket counts (TABLE_ROW_COUNTS; seqenc.table_inputs): "cells" named whole, or
+    # "spans", the disjoint stretches of the text they name (a value a row holds twice, or "4" inside
+    # "4.5", counts once). "spans": chosen on dev (docs/tables.md, 2026-11-29: lookup4 dense dev 0.947
+    # against 0.928; TabFact mate dev 0.587 against 0.592, within a seed's spread); "cells" for a
+    # config saved before the field (LEGACY_FIELDS)
+    table_row_count: str = "spans"
+    # with table_match: a cell's match id also says whether the text names its column's header whole
+    # (seqenc.table_inputs, header_match); off for a config saved before the field (LEGACY_FIELDS)
+    table_header_match: bool = True
     # numeric features (seqenc.table_numbers, TAPAS's): a cell's rank and inverse rank in its column
     # and its number's relation to the text's numbers, three more embeddings; on by default, off
     # for a config saved before the field (LEGACY_FIELDS)
@@ -291,6 +302,8 @@ class TableConfig(TVMKAConfig):
         super().__post_init__()
         if self.table_attention not in TABLE_ATTENTIONS:
             raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
+        if self.table_row_count not in TABLE_ROW_COUNTS:
+            raise ValueError(f"table_row_count={self.table_row_count!r} is not one of {TABLE_ROW_COUNTS}")
         if self.table_init not in KA_INITS:
             raise ValueError(f"table_init={self.table_init!r} is not one of {KA_INITS}")
         if self.table_new_layers < 0:

@@ -82,7 +82,9 @@ def row_blocks(tok: ValueTokenizer, text: str, header: list[str], rows: list[lis
     the header's). match_ids and numeric_ids are seqenc.table_inputs' features of the same tokens."""
     t = table_pieces(tok, text, header, rows, max_len=config.max_table_tokens,
                      max_text_tokens=config.max_text_tokens, max_cell_tokens=config.max_cell_tokens,
-                     max_rows=config.max_rows, max_columns=config.max_columns, row_match=config.table_row_match)
+                     max_rows=config.max_rows, max_columns=config.max_columns, row_match=config.table_row_match,
+                     row_count=config.table_row_count,
+                     header_match=config.table_header_match)
     blocks = []
     empty = [[[] for _ in t.header]]  # a table without rows: one block of its header
     no_numbers = [[NO_NUMBER] * len(t.header)]
@@ -110,7 +112,7 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         if config.mafid_ema not in MAFID_EMAS:
             raise ValueError(f"mafid_ema={config.mafid_ema!r} is not one of {MAFID_EMAS}")
         self.embeddings = Embeddings(config)
-        self.match = nn.Embedding(match_vocabulary(config.table_row_match), config.d_model) \
+        self.match = nn.Embedding(match_vocabulary(config.table_row_match, config.table_header_match), config.d_model) \
             if config.table_match else None
         self.numeric = NumericEmbeddings(config.d_model) if config.table_numeric else None
         self.encoder = Encoder(config, None, 0.0)

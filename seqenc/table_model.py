@@ -69,7 +69,7 @@ class TableEmbeddings(nn.Module):
         structured = config.table_attention != "tableformer"
         self.row = nn.Embedding(config.max_rows + 1, config.d_model) if structured else None
         self.column = nn.Embedding(config.max_columns + 1, config.d_model) if structured else None
-        self.match = nn.Embedding(match_vocabulary(config.table_row_match), config.d_model) \
+        self.match = nn.Embedding(match_vocabulary(config.table_row_match, config.table_header_match), config.d_model) \
             if config.table_match else None
         self.numeric = NumericEmbeddings(config.d_model) if config.table_numeric else None
         self.norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
@@ -202,7 +202,9 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         c = self.config
         encoded = [encode_table_text(tok, *data.tables[int(i)], max_len=c.max_table_tokens,
                                      max_text_tokens=c.max_text_tokens, max_cell_tokens=c.max_cell_tokens,
-                                     max_rows=c.max_rows, max_columns=c.max_columns, row_match=c.table_row_match)
+                                     max_rows=c.max_rows, max_columns=c.max_columns, row_match=c.table_row_match,
+                                     row_count=c.table_row_count,
+                                     header_match=c.table_header_match)
                    for i in index]
         batch = collate(encoded, tok.pad_id)
         wide = (overlap_batch([data.tables[int(i)] for i in index]),) if self.config.table_wide else ()

@@ -19,12 +19,13 @@ def test_bench_tables_writes_the_contract(tmp_path):
                  "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
     r = json.loads(out.read_text())
     # every variant trains and scores through the CLI in tests/test_table_task.py (TVM-KA too); here two + baselines
-    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr", "overlap_lr"}
+    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr", "overlap_lr", "row_match_lr"}
     for name, a in r["accuracy"].items():
         assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
         assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1 and 0.5 <= a["top_prediction_share"] <= 1
     assert r["accuracy"]["tableformer"]["variation"] == 0.0  # exactly invariant, through ingest and scoring
     assert r["accuracy"]["overlap_lr"]["variation"] == 0.0  # its features ignore row and column order
+    assert r["accuracy"]["row_match_lr"]["variation"] == 0.0  # so do the rows' counts
     assert r["accuracy"]["majority"]["top_prediction_share"] == 1.0
     assert r["accuracy"]["tableformer"]["accuracy"] == r["accuracy"]["tableformer"]["perturbed_accuracy"]
     rows = {(x["variant"], x["tokens"]) for x in r["scaling"]}
@@ -62,7 +63,7 @@ def test_mafid_ablations_on_lookup_statements(tmp_path):
                  "--no-scaling", "--no-progress"]) == 0
     r = json.loads(out.read_text())
     assert set(r["accuracy"]) == {"mafid_no_ema", "mafid_full_ema", "mafid_no_gate", "majority", "bow_lr",
-                                  "overlap_lr"}
+                                  "overlap_lr", "row_match_lr"}
     expected = {"mafid_no_ema": ("none", True), "mafid_full_ema": ("full", True), "mafid_no_gate": ("lowdim", False)}
     for variant, (ema, gate) in expected.items():
         config = json.loads((tmp_path / "ablations" / variant / "models" / "verify" / "bundle" / "config.json").read_text())
@@ -125,7 +126,7 @@ def test_a_test_file_is_the_test_split_and_a_wide_variant_is_its_own_row(tmp_pat
     r = json.loads(out.read_text())
     assert r["split"] == {"train": r["split"]["train"], "dev": r["split"]["dev"], "test": 60} and \
         r["split"]["train"] + r["split"]["dev"] == 180 and r["split"]["dev"] > 0
-    assert set(r["accuracy"]) == {"mate", "mate_wide", "majority", "bow_lr", "overlap_lr"}
+    assert set(r["accuracy"]) == {"mate", "mate_wide", "majority", "bow_lr", "overlap_lr", "row_match_lr"}
     assert all(a["test_statements"] == 60 for a in r["accuracy"].values())
     config = json.loads((tmp_path / "given" / "mate_wide" / "models" / "verify" / "bundle" / "config.json").read_text())
     pure = json.loads((tmp_path / "given" / "mate" / "models" / "verify" / "bundle" / "config.json").read_text())
@@ -133,3 +134,22 @@ def test_a_test_file_is_the_test_split_and_a_wide_variant_is_its_own_row(tmp_pat
     splits = pl.read_parquet(tmp_path / "given" / "mate" / "sequences" / "verify" / "splits.parquet")
     test_ids = splits.filter(pl.col("split") == "test")["sequence_id"].to_list()
     assert all(s.startswith("test.jsonl@") for s in test_ids)  # the test file's statements, and only they
+
+
+def test_row_match_features_count_what_each_row_names():
+    """``row_match_lr``'s features: per row, the cells of the statement named whole and the
+    disjoint stretches of it they name (a value held twice, or "4" inside "4.5", is one stretch),
+    and whether a row naming two has a named cell under a named header."""
+    from training.bench.tables import row_match_features, table_rows
+
+    header, rows = table_rows("team#wins#losses\nBoston#3#3\nMiami#4.5#4\nthe#a#of\n")
+    assert header == ["team", "wins", "losses"]
+    assert rows == [["boston", "3", "3"], ["miami", "4.5", "4"], ["the", "a", "of"]]
+    f = row_match_features("the wins of Boston is 3", header, rows)
+    cells_hist, cells_max, spans_hist, spans_max, header_row = f[:4], f[4], f[5:9], f[9], f[10]
+    assert cells_hist == [2 / 3, 0, 0, 1 / 3] and cells_max == 3  # boston, 3, 3; function words name nothing
+    assert spans_hist == [2 / 3, 0, 1 / 3, 0] and spans_max == 2  # "boston" and "3"
+    assert header_row == 1.0  # "3" sits under "wins", which the text names
+    f = row_match_features("the team of miami is 4.5", header, rows)
+    assert (f[4], f[9], f[10]) == (3, 2, 1.0)  # cells: miami, 4.5 and the 4 inside it; stretches: miami, 4.5
+    assert row_match_features("the wins of miami is 4", header, rows)[10] == 0.0  # its 4 is a loss count

@@ -158,3 +158,28 @@ def test_texts_that_name_no_table_are_an_error_or_a_count(tmp_path, caplog):
     with caplog.at_level("WARNING"):
         join_tables(one_named, tmp_path / "root", "tables", "sheet")
     assert "1 of 2 texts have no 'sheet' field" in caplog.text
+
+
+def test_each_table_row_gets_an_object_saying_what_of_its_text_it_names(tmp_path):
+    """TVM-KA reads a table by columns, so the row relation comes as one more key: per row, how
+    many things of the text it names and whether one sits under a header the text names
+    (training.tasks.table_task.row_match_rows). The table
+    encoders rebuild the table without it (they have their row-match ids)."""
+    from seqenc.table_inputs import ROW_MATCH_KEY, table_of_objects
+    from training.tasks.table_task import join_tables
+
+    (tmp_path / "t.csv").write_text("name,score,rank\nann,1,1\nbob,2,1\ncy,3,3\n")
+    ingest_table(tmp_path / "t.csv", tmp_path / "root", source="tables", delimiter=",")
+    texts = pl.LazyFrame({"sequence_id": ["a", "a"], "step": [0, 1], "ts": [None] * 2, "key": ["claim", "sheet"],
+                          "value": ["the score of ann is 1", "t.csv"], "template_id": [None] * 2},
+                         schema=storage.polars_schema(storage.OBJECTS_SCHEMA))
+    objects = join_tables(texts, tmp_path / "root", "tables", "sheet").collect()
+    derived = objects.filter(pl.col("key") == ROW_MATCH_KEY).sort("step")
+    # ann's row names "ann" and "1" (its two 1s are one stretch; one sits under "score", which the
+    # text names: "h"); bob's the rank 1 (not under a named header); cy's nothing
+    assert derived["value"].to_list() == ["2h", "1", "0"]
+    cells = objects.filter((pl.col("step") >= 0) & (pl.col("key") != ROW_MATCH_KEY))
+    assert derived["step"].to_list() == sorted(set(cells["step"].to_list()))
+    text, header, rows = table_of_objects(objects)
+    assert (text, header) == ("the score of ann is 1", ["name", "score", "rank"])
+    assert rows == [["ann", "1", "1"], ["bob", "2", "1"], ["cy", "3", "3"]]

@@ -84,7 +84,8 @@ def test_exact_match_features_mark_what_the_text_names(tok):
     # the same features reach MAFiD's row blocks, token for token
     from seqenc.mafid import row_blocks
 
-    config = TableConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=False)  # plain ids here
+    config = TableConfig(vocab_size=tok.vocab_size, max_positions=80, table_row_match=False,
+                         table_header_match=False)  # plain ids here
     ids, _, match, _ = row_blocks(tok, "the h1 of w3 is w4 , w5", ["h0", "h1"], [["w3", "w4 , w5"]], config)[0]
     assert [m for i, m in zip(ids, match) if tok.decode([i]).strip() == "w5"] == [CELL_MATCH, CELL_MATCH]
 
@@ -124,17 +125,64 @@ def test_row_match_ids_count_the_cells_a_row_has_named(tok):
     assert CELL_MATCH + 2 * MATCH_TYPES in match
 
 
+def test_row_match_spans_count_what_the_text_names_once(tok):
+    """row_count "spans": a row's bucket counts the disjoint stretches of the text its cells name,
+    so a row holding the text's one value twice, or a cell named inside another named cell's
+    stretch, names one thing -- where "cells" counts two. A row naming two things stays at two."""
+    from seqenc.table_inputs import MATCH_TYPES
+
+    header = ["h0", "h1", "h2"]
+    rows = [["w1", "w2", "w2"], ["w4", "w5 w6", "w6"], ["w7", "w8", "w9"]]
+
+    def buckets(text, row_count):
+        e = encode_table_text(tok, text, header, rows, max_len=100, row_match=True, row_count=row_count)
+        return [max(m for s, r, m in zip(e.segment, e.row_ids, e.match_ids) if s == CELL and r == row) // MATCH_TYPES
+                for row in (1, 2, 3)]
+
+    # "w2" twice in row 1; "w6" inside "w5 w6" in row 2; "w7" and "w9" two things of row 3
+    text = "w2 of w5 w6 is w7 w9"
+    assert buckets(text, "cells") == [2, 2, 2]
+    assert buckets(text, "spans") == [1, 1, 2]
+    assert buckets("w1 is w2", "spans") == [2, 0, 0]  # a true lookup's row: two things named
+    with pytest.raises(ValueError, match="row_count"):
+        encode_table_text(tok, text, header, rows, max_len=100, row_match=True, row_count="words")
+    with pytest.raises(ValueError, match="table_row_count"):
+        TableConfig(table_row_count="words")
+
+
+def test_header_match_ids_mark_the_cells_under_a_named_header(tok):
+    """header_match: a cell's id moves up by the vocabulary without it when the text names its
+    column's header whole; the text's and the header's ids and the other cells' do not change."""
+    from seqenc.mafid import row_blocks
+    from seqenc.table_inputs import CELL_MATCH, MATCH_TYPES, match_vocabulary
+
+    header, rows = ["w11", "w12", "w13"], [["w1", "w2", "w3"], ["w4", "w5", "w6"]]
+    plain = encode_table_text(tok, "the w12 of w1 is w2", header, rows, max_len=100, row_match=True)
+    marked = encode_table_text(tok, "the w12 of w1 is w2", header, rows, max_len=100, row_match=True,
+                               header_match=True)
+    offset = match_vocabulary(True)
+    for s, c, a, b in zip(plain.segment, plain.col_ids, plain.match_ids, marked.match_ids):
+        assert b == (a + offset if s == CELL and c == 2 else a)
+    assert CELL_MATCH + 2 * MATCH_TYPES + offset in marked.match_ids  # w2: named, its row names two, under w12
+    assert max(marked.match_ids) < match_vocabulary(True, True) == 2 * offset
+    config = TableConfig(vocab_size=tok.vocab_size, max_positions=80)  # the default: on, and MAFiD's blocks too
+    assert config.table_header_match
+    _, _, match, _ = row_blocks(tok, "the w12 of w1 is w2", header, rows, config)[0]
+    assert CELL_MATCH + 2 * MATCH_TYPES + offset in match
+
+
 def test_configs_saved_before_a_field_load_as_they_were_trained():
     """A saved config without table_match / tableformer_bias_scale / table_attention (a model
     trained before they existed or changed default) loads with the values it was trained with, so
     its weights still fit."""
-    gone = ("table_match", "tableformer_bias_scale", "table_attention", "table_row_match")
+    gone = ("table_match", "tableformer_bias_scale", "table_attention", "table_row_match", "table_row_count",
+            "table_header_match")
     old = {k: v for k, v in TableConfig().to_dict().items() if k not in gone}
     loaded = TableConfig.from_dict(old)
     assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0 and loaded.table_attention == "dense"
-    assert loaded.table_row_match is False
+    assert loaded.table_row_match is False and loaded.table_row_count == "cells" and not loaded.table_header_match
     assert (TableConfig().table_match, TableConfig().table_attention) == (True, "tableformer")
-    assert TableConfig().table_row_match is True
+    assert TableConfig().table_row_match is True and TableConfig().table_row_count == "spans"
     assert TableConfig.from_dict(TableConfig().to_dict()) == TableConfig()
 
 

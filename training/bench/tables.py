@@ -26,7 +26,10 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   regression on the statement's TF-IDF words and word pairs; it never sees the table) and
   ``overlap_lr`` (a logistic regression on how many of the statement's words its table holds:
   :func:`overlap_features`; it reads the table, but only as bags of words per row -- the floor a
-  table model has to pass to show it reads more than word matches).
+  table model has to pass to show it reads more than word matches), and ``row_match_lr`` (a
+  logistic regression on how many things of the statement each row names: :func:`row_match_features`,
+  the counts behind the encoders' row-match ids without an encoder -- the peer that shows what an
+  encoder learns beyond its input feature).
 
 The split is by table (the task's ``grouped`` split, seeded: no test table was seen in
 training). Without ``--test`` the train file's test split is the test set; with it, the test
@@ -58,7 +61,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from parsers.names import check_name
-from seqenc.table_inputs import WORD, overlap_features
+from seqenc.table_inputs import WORD, header_hit, overlap_features, row_named, text_index
 from training.bench.table_variants import DEFAULT_VARIANTS, MAFID_ABLATIONS, MINILM, TABLE_VARIANTS, VARIANTS, WIDE
 
 __all__ = ["DEFAULT_VARIANTS", "TABLE_VARIANTS", "VARIANTS", "bench_tables", "overlap_features", "perturb_table",
@@ -243,6 +246,28 @@ def table_words(table: str) -> list[set[str]]:
     return [set(WORD.findall(line.replace("#", " ").lower())) for line in table.splitlines() if line.strip()]
 
 
+def table_rows(table: str) -> tuple[list[str], list[list[str]]]:
+    """A ``#``-separated table's header and data rows, lower-cased."""
+    lines = [line.lower().split("#") for line in table.splitlines() if line.strip()]
+    return (lines[0], lines[1:]) if lines else ([], [])
+
+
+def row_match_features(text: str, header: list[str], rows: list[list[str]]) -> list[float]:
+    """The features of ``row_match_lr``: the share of data rows that name 0, 1, 2, 3+ cells of the
+    text whole, and that name 0, 1, 2, 3+ disjoint stretches of it (seqenc.table_inputs.row_named,
+    ``row_count`` "cells" and "spans"), the largest of each (3+ as 3), and whether a row names two
+    or more stretches with one of its named cells under a header the text names
+    (table_inputs.header_hit) -- the counts behind the encoders' row- and header-match ids, without
+    an encoder."""
+    index = text_index(text)
+    out = []
+    for row_count in ("cells", "spans"):
+        counts = [min(row_named(index, row, row_count), 3) for row in rows] or [0]
+        out += [counts.count(b) / len(counts) for b in range(4)] + [float(max(counts))]
+    out.append(float(any(row_named(index, row) >= 2 and header_hit(index, header, row) for row in rows)))
+    return out
+
+
 def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dict[str, str], tables: Path) -> dict:
     """``majority``, ``bow_lr`` and ``overlap_lr`` (module docstring) on the same split; ``overlap_lr``
     reads each statement's table from ``tables`` and, for ``perturbed_accuracy``, its shuffled copy."""
@@ -273,9 +298,17 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dic
     def overlap(ids: list[str], folder: Path) -> np.ndarray:
         return np.array([overlap_features(text_of[i], rows_of(folder / table_of[i])) for i in ids])
 
-    scaled = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(overlap(train_ids, tables), y_train)
-    read = {"overlap_lr": (list(scaled.predict(overlap(test, tables))),
-                           list(scaled.predict(overlap(test, work / "perturbed_tables"))))}
+    cells_of = functools.cache(lambda path: table_rows(path.read_text()))
+
+    def row_match(ids: list[str], folder: Path) -> np.ndarray:
+        return np.array([row_match_features(text_of[i], *cells_of(folder / table_of[i])) for i in ids])
+
+    read = {}
+    for name, features in (("overlap_lr", overlap), ("row_match_lr", row_match)):
+        fitted = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(features(train_ids, tables),
+                                                                                       y_train)
+        read[name] = (list(fitted.predict(features(test, tables))),
+                      list(fitted.predict(features(test, work / "perturbed_tables"))))
     out = {}
     for name, (pred, shuffled) in {"majority": ([majority] * len(test),) * 2, "bow_lr": (list(predicted),) * 2,
                                    **read}.items():

@@ -11,6 +11,9 @@ objects as long-form rows of the text's sequence id:
 * the table's rows at their own steps (row index), keys = columns. A column named like one of
   the text's keys is renamed ``<name> (column)``, so S(k) never mixes text and cells.
 
+* one derived object per table row, key ``ROW_MATCH_KEY``: how many things of the text the row
+  names, and whether one of them sits under a header the text names (:func:`row_match_rows`).
+
 So the TVM-KA reads a table as the paper's column-evolution view -- one S(k) per column and one
 for the text, the KA over all of them -- and the table encoders (seqenc.table_model) rebuild the
 flattened table from the same rows. A table ingested on several dates counts once, its newest
@@ -25,7 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from parsers import storage
-from seqenc.table_inputs import TEXT_STEP
+from seqenc.table_inputs import ROW_MATCH_KEY, TEXT_STEP, header_hit, row_named, text_index
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,31 @@ def join_tables(texts: pl.LazyFrame, root: str | Path, table_source: str, table_
                   .with_columns(pl.when(pl.col("key").is_in(text_keys)).then(pl.col("key") + COLUMN_SUFFIX)
                                 .otherwise(pl.col("key")).alias("key"))
                   .select(texts.collect_schema().names()))
-    return pl.concat([text_rows, table_rows])
+    return pl.concat([text_rows, table_rows, row_match_rows(text_rows, table_rows)])
+
+
+def row_match_rows(text_rows: pl.LazyFrame, table_rows: pl.LazyFrame) -> pl.LazyFrame:
+    """One more object per table row: key ``ROW_MATCH_KEY``, value how many things of its text the
+    row names (seqenc.table_inputs.row_named, "spans"; "3" for 3 and more), followed by "h" when
+    the text also names the header of one of the named cells (table_inputs.header_hit): "0", "1",
+    "1h", "2", "2h", ... TVM-KA reads a table by columns -- one S(k) per column, the KA over their
+    KRs -- so which row a value sits in is lost between keys; this column keeps the row relation a
+    lookup is about as a key's values over the rows, as the table encoders' row-match and
+    header-match ids keep it per cell (they drop the column)."""
+    texts = (text_rows.sort("step", maintain_order=True).group_by("sequence_id")
+             .agg(pl.col("value").str.join(" ").alias("_text")).collect())
+    index = {sid: text_index(text) for sid, text in texts.iter_rows()}
+    rows = (table_rows.group_by("sequence_id", "step", maintain_order=True)
+            .agg(pl.col("key").alias("_keys"), pl.col("value").alias("_cells"), pl.col("ts").first(),
+                 pl.col("template_id").first()).collect())
+    named = []
+    for sid, keys, cells in rows.select("sequence_id", "_keys", "_cells").iter_rows():
+        words = index.get(sid, {})
+        header = [k.removesuffix(COLUMN_SUFFIX) for k in keys]
+        named.append(f"{min(row_named(words, cells), 3)}{'h' if header_hit(words, header, cells) else ''}")
+    return (rows.drop("_keys", "_cells")
+            .with_columns(pl.lit(ROW_MATCH_KEY).alias("key"), pl.Series("value", named, pl.String))
+            .select(table_rows.collect_schema().names()).lazy())
 
 
 def _check_links(texts: pl.LazyFrame, links: pl.LazyFrame, table_key: str) -> None:
