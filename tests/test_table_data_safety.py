@@ -168,7 +168,8 @@ def test_each_table_row_gets_an_object_saying_what_of_its_text_it_names(tmp_path
     from seqenc.table_inputs import ROW_MATCH_KEY, table_of_objects
     from training.tasks.table_task import join_tables
 
-    (tmp_path / "t.csv").write_text("name,score,rank\nann,1,1\nbob,2,1\ncy,3,3\n")
+    # a user's column named like the derived key is renamed, never merged with it
+    (tmp_path / "t.csv").write_text("name,score,[row match]\nann,1,1\nbob,2,1\ncy,3,3\n")
     ingest_table(tmp_path / "t.csv", tmp_path / "root", source="tables", delimiter=",")
     texts = pl.LazyFrame({"sequence_id": ["a", "a"], "step": [0, 1], "ts": [None] * 2, "key": ["claim", "sheet"],
                           "value": ["the score of ann is 1", "t.csv"], "template_id": [None] * 2},
@@ -181,5 +182,5 @@ def test_each_table_row_gets_an_object_saying_what_of_its_text_it_names(tmp_path
     cells = objects.filter((pl.col("step") >= 0) & (pl.col("key") != ROW_MATCH_KEY))
     assert derived["step"].to_list() == sorted(set(cells["step"].to_list()))
     text, header, rows = table_of_objects(objects)
-    assert (text, header) == ("the score of ann is 1", ["name", "score", "rank"])
+    assert (text, header) == ("the score of ann is 1", ["name", "score", "[row match] (column)"])
     assert rows == [["ann", "1", "1"], ["bob", "2", "1"], ["cy", "3", "3"]]

@@ -9,7 +9,8 @@ objects as long-form rows of the text's sequence id:
   table and seqenc.table_inputs can tell them apart; the ``table_key`` row itself is left out
   (an id, not content);
 * the table's rows at their own steps (row index), keys = columns. A column named like one of
-  the text's keys is renamed ``<name> (column)``, so S(k) never mixes text and cells.
+  the text's keys (or ``ROW_MATCH_KEY``) is renamed ``<name> (column)``, so S(k) never mixes text
+  and cells, or cells and the derived rows.
 
 * one derived object per table row, key ``ROW_MATCH_KEY``: how many things of the text the row
   names, and whether one of them sits under a header the text names (:func:`row_match_rows`).
@@ -62,7 +63,8 @@ def join_tables(texts: pl.LazyFrame, root: str | Path, table_source: str, table_
     tables = latest_tables(root, table_source)
     _report_missing(links, tables, table_source)
     table_rows = (links.join(tables.rename({"sequence_id": "_table"}), on="_table", how="inner")
-                  .with_columns(pl.when(pl.col("key").is_in(text_keys)).then(pl.col("key") + COLUMN_SUFFIX)
+                  .with_columns(pl.when(pl.col("key").is_in(text_keys) | (pl.col("key") == ROW_MATCH_KEY))
+                                .then(pl.col("key") + COLUMN_SUFFIX)
                                 .otherwise(pl.col("key")).alias("key"))
                   .select(texts.collect_schema().names()))
     return pl.concat([text_rows, table_rows, row_match_rows(text_rows, table_rows)])
