@@ -29,7 +29,7 @@ the header row first; every cell's tokens in a row. Per token, computed here and
   its row's cells the text names whole -- 0, 1, 2 or 3 and more (``ROW_MATCH_BUCKETS``):
   ``match + MATCH_TYPES * bucket``, so the vocabulary grows to ``MATCH_TYPES * ROW_MATCH_BUCKETS``
   and the ids of the text and the header stay as they were. What is counted is ``row_count``
-  (``ROW_COUNTS``): ``"cells"``, every cell named whole; ``"spans"`` (TableConfig's default), the
+  (``seqenc.config.TABLE_ROW_COUNTS``): ``"cells"``, every cell named whole; ``"spans"`` (TableConfig's default), the
   stretches of the text that the row's cells name, each once -- two cells holding the same text
   name one stretch, a cell whose stretch lies inside another named cell's ("4" in "... is 4.5")
   adds none, and of overlapping stretches the most that are pairwise disjoint count -- so a row
@@ -79,7 +79,6 @@ NO_NUMBER = (0, 0, 0)  # numeric_ids of a token whose cell holds no number (the 
 NO_MATCH, WORD_MATCH, CELL_MATCH = 0, 1, 2
 MATCH_TYPES = 3
 ROW_MATCH_BUCKETS = 4  # a row naming 0, 1, 2, 3+ cells whole (module docstring: row_match)
-ROW_COUNTS = TABLE_ROW_COUNTS  # what a row's bucket counts (module docstring: row_match)
 WORD = re.compile(r"\w+")  # overlap_features' words
 # English function words never match (a cell "a" is not named by "the h / a of ... is h"); chosen
 # from the errors of a lookup model on its dev split (docs/tables.md)
@@ -179,7 +178,7 @@ def _row_count(row: list[tuple], row_count: str) -> int:
         return sum(1 for c in row if c[3])
     if row_count == "spans":  # the text's stretches the row's cells name, as (start, end) token positions
         return disjoint_stretches({(s, s + size) for _, _, _, starts, size in row for s in starts})
-    raise ValueError(f"row_count={row_count!r} is not one of {ROW_COUNTS}")
+    raise ValueError(f"row_count={row_count!r} is not one of {TABLE_ROW_COUNTS}")
 
 
 def match_vocabulary(row_match: bool, header_match: bool = False) -> int:
@@ -291,7 +290,7 @@ def row_named(index: dict[tuple[str, ...], list[int]], cells: list[str], row_cou
         return sum(1 for f in found if f)
     if row_count == "spans":
         return disjoint_stretches({s for f in found for s in f})
-    raise ValueError(f"row_count={row_count!r} is not one of {ROW_COUNTS}")
+    raise ValueError(f"row_count={row_count!r} is not one of {TABLE_ROW_COUNTS}")
 
 
 def header_hit(index: dict[tuple[str, ...], list[int]], header: list[str], cells: list[str]) -> bool:

@@ -260,17 +260,18 @@ def row_match_features(text: str, header: list[str], rows: list[list[str]]) -> l
     (table_inputs.header_hit) -- the counts behind the encoders' row- and header-match ids, without
     an encoder."""
     index = text_index(text)
-    out = []
-    for row_count in ("cells", "spans"):
-        counts = [min(row_named(index, row, row_count), 3) for row in rows] or [0]
+    out, spans = [], [row_named(index, row, "spans") for row in rows]
+    for counts in ([row_named(index, row, "cells") for row in rows], spans):
+        counts = [min(c, 3) for c in counts] or [0]
         out += [counts.count(b) / len(counts) for b in range(4)] + [float(max(counts))]
-    out.append(float(any(row_named(index, row) >= 2 and header_hit(index, header, row) for row in rows)))
+    out.append(float(any(n >= 2 and header_hit(index, header, row) for n, row in zip(spans, rows))))
     return out
 
 
 def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dict[str, str], tables: Path) -> dict:
-    """``majority``, ``bow_lr`` and ``overlap_lr`` (module docstring) on the same split; ``overlap_lr``
-    reads each statement's table from ``tables`` and, for ``perturbed_accuracy``, its shuffled copy."""
+    """``majority``, ``bow_lr``, ``overlap_lr`` and ``row_match_lr`` (module docstring) on the same
+    split; the two regressions on the table read each statement's table from ``tables`` and, for
+    ``perturbed_accuracy``, its shuffled copy."""
     import numpy as np
     import polars as pl
     from sklearn.feature_extraction.text import TfidfVectorizer
