@@ -11,7 +11,13 @@ from seqenc.config import TableConfig
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.end_to_end import EndToEndTrainer, TableInputs
-from training.engine.table_pretrain import LookupCurriculum, lookup_statement
+from training.engine.table_pretrain import (
+    LookupCurriculum,
+    comparison_statement,
+    count_statement,
+    lookup_statement,
+    superlative_statement,
+)
 from training.engine.trainer import TrainConfig, phase_plan
 
 WORDS = [f"w{i}" for i in range(80)]
@@ -51,6 +57,59 @@ def test_the_curriculum_cuts_the_tables_stage_by_stage_and_is_half_true():
         assert {len(body) for _, _, body in examples} == {rows} and labels == [1, 0] * 4
     with pytest.raises(ValueError, match="table_pretrain_steps"):
         LookupCurriculum([(["a", "b"], [["x", "y"]])], stages=[2], steps=5, seed=0)  # one row: nothing to look up
+
+
+def numeric_table(rows: int, seed: int = 0):
+    """Distinct names, distinct points (so every extreme is one row) and a team column with repeats."""
+    rng = random.Random(seed)
+    points = rng.sample(range(1, 500), rows)
+    return ["name", "points", "team"], [[f"w{r}", f"{points[r]:,}", rng.choice(["w70", "w71", "w72"])]
+                                        for r in range(rows)]
+
+
+def test_superlatives_comparisons_and_counts_say_what_the_table_holds():
+    rng = random.Random(1)
+    header, body = numeric_table(9)
+    points = {r[0]: int(r[1].replace(",", "")) for r in body}
+    seen = set()
+    for truth in (True, False) * 25:
+        text = superlative_statement(header, body, 0, 6, truth, rng)
+        key, rest = text.split(" have the ")
+        most = rest.split(" ")[0]
+        seen.add(most)
+        extreme = (max if most == "highest" else min)(points, key=points.get)
+        assert (key == extreme) == truth and key in [r[0] for r in body[:6]]  # a named row, said of the table
+        text = comparison_statement(header, body, 0, 6, truth, rng)
+        a, rest = text.split(" have a ")
+        word, b = rest.split(" points than ")
+        assert ((points[a] > points[b]) == (word == "higher")) == truth
+        text = count_statement(header, body, 0, 6, truth, rng)
+        n, rest = text.removeprefix("there be ").split(" name with ", 1)
+        column, value = rest.split(" ", 1)
+        held = sum(r[header.index(column)] == value for r in body)
+        assert (int(n) == held) == truth and int(n) >= 1
+    assert seen == {"highest", "lowest"}
+    # nothing to say: no numeric column, or two rows tied at the top
+    words = (["name", "team"], [["w1", "w2"], ["w3", "w4"]])
+    assert superlative_statement(*words, 0, 2, True, rng) is None and comparison_statement(*words, 0, 2, True, rng) is None
+    assert superlative_statement(["name", "points"], [["a", "5"], ["b", "5"]], 0, 2, True, rng) is None
+
+
+def test_the_curriculum_draws_every_configured_kind_and_rejects_unknown_ones():
+    curriculum = LookupCurriculum([numeric_table(6, s) for s in range(10)], stages=[0], steps=10, seed=0,
+                                  kinds=["lookup", "superlative", "comparison", "count"])
+    examples, labels = curriculum.batch(0, 200)
+    texts = [t for t, _, _ in examples]
+    assert labels == [1, 0] * 100
+    for marker in (" is ", " have the ", " than ", "there be "):
+        assert 20 < sum(marker in t for t in texts) < 100, marker
+    with pytest.raises(ValueError, match="table_pretrain_kinds"):
+        LookupCurriculum(tables(3, 4), stages=[0], steps=5, seed=0, kinds=["lookup", "sums"])
+    with pytest.raises(ValueError, match="table_pretrain_kinds"):
+        TrainConfig(mode="table", table_pretrain_kinds=["sums"])
+    # a table without numbers writes no superlative: a clear error, not an endless draw
+    with pytest.raises(ValueError, match="no training table gave"):
+        LookupCurriculum(tables(3, 4), stages=[0], steps=5, seed=0, kinds=["superlative"]).batch(0, 4)
 
 
 def test_the_plan_starts_with_lookup_pre_training_in_table_mode_only():

@@ -69,7 +69,7 @@ class EndToEndTrainer(PhasedTrainer):
                 raise ValueError("table_pretrain_steps needs a table encoder with table_lookup_head (training mode "
                                  "table)")
             self.curriculum = LookupCurriculum(inputs.tables_of(splits["train"]), cfg.table_pretrain_rows,
-                                               cfg.table_pretrain_steps, cfg.seed)
+                                               cfg.table_pretrain_steps, cfg.seed, cfg.table_pretrain_kinds)
         # a table encoder with DT-Fixup's new layers (seqenc.fixup) trains without warm-up
         self.fixup = hasattr(model, "fixup_mu")
         warmup = 0 if self.fixup else cfg.warmup_steps

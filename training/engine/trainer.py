@@ -57,6 +57,7 @@ from training.engine.modes import END_TO_END, MODES, SELECTABLE
 from training.engine.phased import PhasedTrainer
 from training.engine.rank_share import RankShare
 from training.engine.sharding import RefreshPlan, sharded_key_representations, sharded_key_surprise
+from training.engine.table_pretrain import STATEMENT_KINDS
 from training.tasks.data import MASK_UNITS, MLMBatches, class_weights
 from training.tasks.thresholds import DEFAULT_RULE, check_rule
 
@@ -97,6 +98,8 @@ class TrainConfig:
     # tables before the task (training.engine.table_pretrain), and its curriculum of row cuts (0: all)
     table_pretrain_steps: int = 0
     table_pretrain_rows: list[int] = field(default_factory=lambda: [2, 4, 0])
+    # ... and the kinds of statement it draws from (table_pretrain.STATEMENT_KINDS)
+    table_pretrain_kinds: list[str] = field(default_factory=lambda: ["lookup"])
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.tasks.data)
     mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
     device: str = "auto"  # where the model trains: "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
@@ -117,6 +120,9 @@ class TrainConfig:
                 or 1 in self.table_pretrain_rows:
             raise ValueError(f"table_pretrain_steps={self.table_pretrain_steps} must be >= 0 and table_pretrain_rows="
                              f"{self.table_pretrain_rows} a list of row cuts >= 2 (0: the whole table)")
+        if not self.table_pretrain_kinds or set(self.table_pretrain_kinds) - set(STATEMENT_KINDS):
+            raise ValueError(f"table_pretrain_kinds {self.table_pretrain_kinds}: a list of kinds from "
+                             f"{sorted(STATEMENT_KINDS)}")
 
     @property
     def ka_steps_per_round(self) -> int:
