@@ -153,6 +153,12 @@ STATEMENT_KINDS: dict[str, Statement] = {"lookup": lookup_statement, "superlativ
 MAX_MISSES = 1000  # draws in a row that wrote no statement before a batch gives up
 
 
+def check_kinds(kinds: list[str] | tuple[str, ...]) -> None:
+    """A clear error unless ``kinds`` is a non-empty list of STATEMENT_KINDS' names."""
+    if not kinds or set(kinds) - set(STATEMENT_KINDS):
+        raise ValueError(f"table_pretrain_kinds {list(kinds)}: each must be one of {sorted(STATEMENT_KINDS)}")
+
+
 class LookupCurriculum:
     """Batches of pre-training statements over ``tables`` ((header, rows) each: the training
     split's, each once), stage by stage: ``stages`` row cuts (0: every row), ``steps`` in all;
@@ -160,9 +166,7 @@ class LookupCurriculum:
 
     def __init__(self, tables: list[tuple[list[str], list[list[str]]]], stages: list[int], steps: int, seed: int,
                  kinds: list[str] | tuple[str, ...] = ("lookup",)):
-        unknown = sorted(set(kinds) - set(STATEMENT_KINDS))
-        if not kinds or unknown:
-            raise ValueError(f"table_pretrain_kinds {list(kinds)}: each must be one of {sorted(STATEMENT_KINDS)}")
+        check_kinds(kinds)
         self.stages, self.steps, self.kinds = list(stages) or [0], steps, [STATEMENT_KINDS[k] for k in kinds]
         self.rng = random.Random(seed)
         # per stage: the tables it can use, with their key column over the stage's rows

@@ -57,7 +57,7 @@ from training.engine.modes import END_TO_END, MODES, SELECTABLE
 from training.engine.phased import PhasedTrainer
 from training.engine.rank_share import RankShare
 from training.engine.sharding import RefreshPlan, sharded_key_representations, sharded_key_surprise
-from training.engine.table_pretrain import STATEMENT_KINDS
+from training.engine.table_pretrain import check_kinds
 from training.tasks.data import MASK_UNITS, MLMBatches, class_weights
 from training.tasks.thresholds import DEFAULT_RULE, check_rule
 
@@ -120,9 +120,7 @@ class TrainConfig:
                 or 1 in self.table_pretrain_rows:
             raise ValueError(f"table_pretrain_steps={self.table_pretrain_steps} must be >= 0 and table_pretrain_rows="
                              f"{self.table_pretrain_rows} a list of row cuts >= 2 (0: the whole table)")
-        if not self.table_pretrain_kinds or set(self.table_pretrain_kinds) - set(STATEMENT_KINDS):
-            raise ValueError(f"table_pretrain_kinds {self.table_pretrain_kinds}: a list of kinds from "
-                             f"{sorted(STATEMENT_KINDS)}")
+        check_kinds(self.table_pretrain_kinds)
 
     @property
     def ka_steps_per_round(self) -> int:
