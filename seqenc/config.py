@@ -19,6 +19,8 @@ TASKS = ("binary", "multiclass", "next_item")  # the model's heads (seqenc.heads
 TVM_POSITIONS = ("sequence", "within_value")
 TABLE_ATTENTIONS = ("dense", "mate_mask", "mate", "tableformer", "mafid")  # seqenc.table_model, seqenc.mafid
 KA_INITS = ("default", "dt_fixup")  # seqenc.fixup
+TABLE_WIDE_HEADS = ("linear", "mlp")  # the wide head's form: seqenc.heads.WideHead
+TABLE_WIDE_FEATURES = ("overlap", "checks")  # what a wide table head reads: seqenc.table_checks.WIDE_FEATURES
 TABLE_ROW_COUNTS = ("cells", "spans")  # what a row's match bucket counts: seqenc.table_inputs (row_match)
 KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
 # the buckets of a classifier's hashed bag of values (TVMKAConfig.value_counts, seqenc.heads)
@@ -27,7 +29,8 @@ VALUE_COUNT_BUCKETS = 1 << 16
 # saved config loads with the value it was trained with (TVMKAConfig.from_dict)
 LEGACY_FIELDS = {"table_match": False, "table_numeric": False, "tableformer_bias_scale": 1.0,
                  "table_attention": "dense", "table_row_match": False, "table_row_count": "cells",
-                 "table_header_match": False}
+                 "table_header_match": False, "table_wide_features": "overlap",
+                 "table_wide_head": "linear"}
 
 
 @dataclass
@@ -296,6 +299,17 @@ class TableConfig(TVMKAConfig):
     # also read seqenc.table_inputs.overlap_features (word overlap of the text with the best rows,
     # the table and the header) through a linear layer, zero at init. Off: the pure encoder
     table_wide: bool = False
+    # what the wide head reads (TABLE_WIDE_FEATURES; seqenc.table_checks): "overlap", the five
+    # word-overlap shares; "checks", those, the row-match counts and the checks of one-step
+    # programs (superlatives, counts, comparisons, aggregates, numbers against the named row).
+    # "checks": chosen on TabFact's dev split (docs/tables.md, "Checks for the wide head": mate_wide,
+    # seed 0, best evaluation 0.627 against 0.618 with "overlap"); "overlap" for a config saved
+    # before the field (LEGACY_FIELDS), so its weights still fit
+    table_wide_features: str = "checks"
+    # the wide head's form (TABLE_WIDE_HEADS; seqenc.heads.WideHead): "linear" on the features as
+    # they are, or "mlp": standardised, linear plus one hidden layer. "mlp": chosen on dev (WideHead);
+    # "linear" for a config saved before the field (LEGACY_FIELDS)
+    table_wide_head: str = "mlp"
 
 
     def __post_init__(self) -> None:
@@ -304,6 +318,10 @@ class TableConfig(TVMKAConfig):
             raise ValueError(f"table_attention={self.table_attention!r} is not one of {TABLE_ATTENTIONS}")
         if self.table_row_count not in TABLE_ROW_COUNTS:
             raise ValueError(f"table_row_count={self.table_row_count!r} is not one of {TABLE_ROW_COUNTS}")
+        if self.table_wide_features not in TABLE_WIDE_FEATURES:
+            raise ValueError(f"table_wide_features={self.table_wide_features!r} is not one of {TABLE_WIDE_FEATURES}")
+        if self.table_wide_head not in TABLE_WIDE_HEADS:
+            raise ValueError(f"table_wide_head={self.table_wide_head!r} is not one of {TABLE_WIDE_HEADS}")
         if self.table_init not in KA_INITS:
             raise ValueError(f"table_init={self.table_init!r} is not one of {KA_INITS}")
         if self.table_new_layers < 0:

@@ -45,7 +45,8 @@ from seqenc.config import TableConfig, plain_config
 from seqenc.ema import LowDimEMA
 from seqenc.heads import WideHead, make_head
 from seqenc.model import Embeddings, Encoder, SaveLoadMixin, init_weights
-from seqenc.table_inputs import N_OVERLAP, NO_MATCH, NO_NUMBER, match_vocabulary, overlap_batch, table_pieces
+from seqenc.table_checks import WIDE_FEATURES, wide_batch
+from seqenc.table_inputs import NO_MATCH, NO_NUMBER, match_vocabulary, table_pieces
 from seqenc.table_numbers import NumericEmbeddings
 from seqenc.tokenizer import ValueTokenizer
 
@@ -127,7 +128,9 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
         self.head = make_head(config)
         # intermediate pre-training's head (training.engine.table_pretrain): true / false lookup statements
         self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
-        self.wide = WideHead(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
+        self.wide = WideHead(WIDE_FEATURES[config.table_wide_features][1], config.n_outputs,
+                             config.table_wide_head) \
+            if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)
         nn.init.normal_(self.query, std=config.init_std)
         if self.numeric is not None:
@@ -137,7 +140,7 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor, match_ids: torch.Tensor,
                 numeric_ids: torch.Tensor, attention_mask: torch.Tensor, overlap: torch.Tensor | None = None):
-        # [B, R, Lr] each (R rows of Lr tokens; numeric_ids [B, R, Lr, 3]; overlap [B, N_OVERLAP] with
+        # [B, R, Lr] each (R rows of Lr tokens; numeric_ids [B, R, Lr, 3]; overlap: the wide features [B, F] with
         # table_wide) -> [B, n_outputs]
         logits = self.head(self.encode(input_ids, token_type_ids, match_ids, numeric_ids, attention_mask))
         return logits + self.wide(overlap) if self.wide is not None else logits
@@ -169,7 +172,8 @@ class MafidTableEncoder(SaveLoadMixin, nn.Module):
     def batch_inputs(self, data, index, tok: ValueTokenizer) -> tuple[torch.Tensor, ...]:
         """``forward``'s inputs for the examples ``index`` of ``data`` (seqenc.table_model.TableExamples)."""
         blocks = pad_row_blocks([row_blocks(tok, *data.tables[int(i)], self.config) for i in index], tok.pad_id)
-        return blocks + ((overlap_batch([data.tables[int(i)] for i in index]),) if self.config.table_wide else ())
+        c = self.config
+        return blocks + ((wide_batch(c.table_wide_features, [data.tables[int(i)] for i in index]),) if c.table_wide else ())
 
 
 def pad_row_blocks(blocks: list, pad_id: int) -> tuple[torch.Tensor, ...]:

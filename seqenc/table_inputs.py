@@ -343,10 +343,3 @@ def overlap_features(text: str, rows: list[set[str]]) -> list[float]:
     header, body = (rows[0], rows[1:]) if rows else (set(), [])
     best = sorted((len(words & row) / n for row in body), reverse=True) + [0.0, 0.0]
     return [best[0], best[1], len(words & set().union(*rows)) / n, len(words & header) / n, math.log1p(len(words))]
-
-
-def overlap_batch(examples: list[tuple[str, list[str], list[list[str]]]]) -> torch.Tensor:
-    """[B, N_OVERLAP] float: :func:`overlap_features` of each (text, header, rows): a table
-    encoder's wide input (``TableConfig.table_wide``)."""
-    return torch.tensor([overlap_features(text, table_words(header, rows)) for text, header, rows in examples],
-                        dtype=torch.float32).view(len(examples), N_OVERLAP)

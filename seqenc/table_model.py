@@ -41,19 +41,18 @@ from seqenc.structure import (
     table_relations,
     tableformer_attention,
 )
+from seqenc.table_checks import WIDE_FEATURES, wide_batch
 from seqenc.table_inputs import (
-    N_OVERLAP,
     collate,
     encode_table_text,
     match_vocabulary,
-    overlap_batch,
     table_of_objects,
 )
 from seqenc.table_numbers import NumericEmbeddings
 from seqenc.tokenizer import ValueTokenizer
 
 INPUTS = ("input_ids", "token_type_ids", "segment", "row_ids", "col_ids", "position_ids", "match_ids",
-          "numeric_ids", "attention_mask")  # then, with table_wide, the overlap features [B, N_OVERLAP]
+          "numeric_ids", "attention_mask")  # then, with table_wide, the wide features [B, F] (seqenc.table_checks)
 
 
 class TableEmbeddings(nn.Module):
@@ -136,7 +135,9 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
         self.head = make_head(config)
         # intermediate pre-training's head (training.engine.table_pretrain): true / false lookup statements
         self.lookup_head = nn.Linear(config.d_model, 2) if config.table_lookup_head else None
-        self.wide = WideHead(N_OVERLAP, config.n_outputs) if config.table_wide else None  # wide and deep
+        self.wide = WideHead(WIDE_FEATURES[config.table_wide_features][1], config.n_outputs,
+                             config.table_wide_head) \
+            if config.table_wide else None  # wide and deep
         init_weights(self, config.init_std)
         if self.embeddings.numeric is not None:
             self.embeddings.numeric.reset_parameters()  # zero at init (seqenc.table_numbers)
@@ -189,7 +190,7 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
     MASK_INPUT = INPUTS.index("attention_mask")  # where the mask sits in forward's inputs (seqenc.fixup)
 
     def forward(self, *inputs) -> torch.Tensor:
-        # INPUTS [B, L] each (+ overlap [B, N_OVERLAP] with table_wide) -> [B, n_outputs]
+        # INPUTS [B, L] each (+ wide features [B, F] with table_wide) -> [B, n_outputs]
         logits = self.head(self.encode(*inputs[:len(INPUTS)]))
         return logits + self.wide(inputs[len(INPUTS)]) if self.wide is not None else logits
 
@@ -207,7 +208,7 @@ class TableTextEncoder(SaveLoadMixin, nn.Module):
                                      header_match=c.table_header_match)
                    for i in index]
         batch = collate(encoded, tok.pad_id)
-        wide = (overlap_batch([data.tables[int(i)] for i in index]),) if self.config.table_wide else ()
+        wide = (wide_batch(c.table_wide_features, [data.tables[int(i)] for i in index]),) if c.table_wide else ()
         return tuple(batch[name] for name in INPUTS) + wide  # forward's order
 
 

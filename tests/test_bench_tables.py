@@ -19,7 +19,8 @@ def test_bench_tables_writes_the_contract(tmp_path):
                  "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
     r = json.loads(out.read_text())
     # every variant trains and scores through the CLI in tests/test_table_task.py (TVM-KA too); here two + baselines
-    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr", "overlap_lr", "row_match_lr"}
+    assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr", "overlap_lr", "row_match_lr",
+                               "checks_lr", "checks_mlp"}
     for name, a in r["accuracy"].items():
         assert {"accuracy", "perturbed_accuracy", "variation"} <= set(a), name
         assert 0 <= a["accuracy"] <= 1 and 0 <= a["variation"] <= 1 and 0.5 <= a["top_prediction_share"] <= 1
@@ -63,7 +64,7 @@ def test_mafid_ablations_on_lookup_statements(tmp_path):
                  "--no-scaling", "--no-progress"]) == 0
     r = json.loads(out.read_text())
     assert set(r["accuracy"]) == {"mafid_no_ema", "mafid_full_ema", "mafid_no_gate", "majority", "bow_lr",
-                                  "overlap_lr", "row_match_lr"}
+                                  "overlap_lr", "row_match_lr", "checks_lr", "checks_mlp"}
     expected = {"mafid_no_ema": ("none", True), "mafid_full_ema": ("full", True), "mafid_no_gate": ("lowdim", False)}
     for variant, (ema, gate) in expected.items():
         config = json.loads((tmp_path / "ablations" / variant / "models" / "verify" / "bundle" / "config.json").read_text())
@@ -110,7 +111,7 @@ def test_a_table_name_that_is_not_a_safe_path_is_refused(tmp_path, capsys):
 
 def test_a_test_file_is_the_test_split_and_a_wide_variant_is_its_own_row(tmp_path):
     """``--test``: every row is scored on the test file's statements; the train file is split into
-    train and dev by table only. ``<variant>_wide``: the same encoder with the overlap features in
+    train and dev by table only. ``<variant>_wide``: the same encoder with ``checks_lr``'s features in
     its classifier, a row beside the pure one."""
     from training.bench.lookup import synthetic_lookup
 
@@ -122,15 +123,22 @@ def test_a_test_file_is_the_test_split_and_a_wide_variant_is_its_own_row(tmp_pat
     out = tmp_path / "given.json"
     assert main(["bench", "tables", "--tables", str(tmp_path / "tables"), "--train", str(tmp_path / "train.jsonl"),
                  "--test", str(tmp_path / "test.jsonl"), "--json", str(out), "--size", "tiny", "--variants",
-                 "mate,mate_wide", "--no-scaling", "--no-progress", "--config", json.dumps({"train": {"task_steps": 20}})]) == 0
+                 "mate,mate_wide", "--no-scaling", "--no-progress", "--config",
+                 json.dumps({"train": {"task_steps": 20, "table_wide_fit_epochs": 5}})]) == 0
     r = json.loads(out.read_text())
     assert r["split"] == {"train": r["split"]["train"], "dev": r["split"]["dev"], "test": 60} and \
         r["split"]["train"] + r["split"]["dev"] == 180 and r["split"]["dev"] > 0
-    assert set(r["accuracy"]) == {"mate", "mate_wide", "majority", "bow_lr", "overlap_lr", "row_match_lr"}
+    assert set(r["accuracy"]) == {"mate", "mate_wide", "majority", "bow_lr", "overlap_lr", "row_match_lr",
+                               "checks_lr", "checks_mlp"}
     assert all(a["test_statements"] == 60 for a in r["accuracy"].values())
     config = json.loads((tmp_path / "given" / "mate_wide" / "models" / "verify" / "bundle" / "config.json").read_text())
     pure = json.loads((tmp_path / "given" / "mate" / "models" / "verify" / "bundle" / "config.json").read_text())
     assert config["table_wide"] is True and pure["table_wide"] is False
+    assert config["table_wide_features"] == "checks" and config["table_wide_head"] == "mlp"  # as checks_mlp
+    from safetensors.torch import load_file
+
+    weights = load_file(tmp_path / "given" / "mate_wide" / "models" / "verify" / "bundle" / "model.safetensors")
+    assert int(weights["wide.fitted"]) == 1  # table_wide_fit_epochs: fitted alone before the encoder's first update
     splits = pl.read_parquet(tmp_path / "given" / "mate" / "sequences" / "verify" / "splits.parquet")
     test_ids = splits.filter(pl.col("split") == "test")["sequence_id"].to_list()
     assert all(s.startswith("test.jsonl@") for s in test_ids)  # the test file's statements, and only they

@@ -18,8 +18,8 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   the offline MiniLM (seqenc.pretrained.load_bert_table_encoder: embeddings and BERT layers; what
   BERT has no counterpart for keeps its own init), trained at the fine-tuning rate, on request;
   and any of those with the suffix ``_wide`` (``mate_wide``, ``dense_minilm_wide``): the same
-  encoder whose classifier also reads the overlap features of ``overlap_lr`` (wide and deep,
-  ``TableConfig.table_wide``) -- its own row, beside the pure encoder, never instead of it;
+  encoder whose classifier also reads the features of ``checks_lr`` (wide and deep,
+  ``TableConfig.table_wide``; ``table_wide_features`` "overlap" reads ``overlap_lr``'s alone) -- its own row, beside the pure encoder, never instead of it;
 * ``tvmka``: TVM-KA over the columns' S(k) and the statement's (interleaved training), from
   scratch; ``tvmka_minilm``: the same initialised from the offline MiniLM checkpoint;
 * baselines: ``majority`` (the train split's most frequent label), ``bow_lr`` (a logistic
@@ -29,7 +29,11 @@ and each variant is trained by ``stage_sequences`` + ``stage_train`` (MLflow run
   table model has to pass to show it reads more than word matches), and ``row_match_lr`` (a
   logistic regression on how many things of the statement each row names: :func:`row_match_features`,
   the counts behind the encoders' row-match ids without an encoder -- the peer that shows what an
-  encoder learns beyond its input feature).
+  encoder learns beyond its input feature), and ``checks_lr`` (a logistic regression on what a wide
+  head reads by default: the overlap features, the row-match counts and the checks of one-step
+  programs, seqenc.table_checks), and ``checks_mlp`` (the same features standardised into one
+  hidden layer of ``WIDE_HIDDEN`` units, scikit-learn's MLP: the form of the default wide head, so
+  the like-for-like peer of every ``_wide`` row: what the features give without an encoder).
 
 The split is by table (the task's ``grouped`` split, seeded: no test table was seen in
 training). Without ``--test`` the train file's test split is the test set; with it, the test
@@ -61,11 +65,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from parsers.names import check_name
-from seqenc.table_inputs import WORD, header_hit, overlap_features, row_named, text_index
+from seqenc.heads import WIDE_HIDDEN
+from seqenc.table_checks import row_match_features, wide_features
+from seqenc.table_inputs import WORD, overlap_features
 from training.bench.table_variants import DEFAULT_VARIANTS, MAFID_ABLATIONS, MINILM, TABLE_VARIANTS, VARIANTS, WIDE
 
 __all__ = ["DEFAULT_VARIANTS", "TABLE_VARIANTS", "VARIANTS", "bench_tables", "overlap_features", "perturb_table",
-           "table_words"]
+           "row_match_features", "table_words"]
 
 log = logging.getLogger(__name__)
 
@@ -252,30 +258,17 @@ def table_rows(table: str) -> tuple[list[str], list[list[str]]]:
     return (lines[0], lines[1:]) if lines else ([], [])
 
 
-def row_match_features(text: str, header: list[str], rows: list[list[str]]) -> list[float]:
-    """The features of ``row_match_lr``: the share of data rows that name 0, 1, 2, 3+ cells of the
-    text whole, and that name 0, 1, 2, 3+ disjoint stretches of it (seqenc.table_inputs.row_named,
-    ``row_count`` "cells" and "spans"), the largest of each (3+ as 3), and whether a row names two
-    or more stretches with one of its named cells under a header the text names
-    (table_inputs.header_hit) -- the counts behind the encoders' row- and header-match ids, without
-    an encoder."""
-    index = text_index(text)
-    out, spans = [], [row_named(index, row, "spans") for row in rows]
-    for counts in ([row_named(index, row, "cells") for row in rows], spans):
-        counts = [min(c, 3) for c in counts] or [0]
-        out += [counts.count(b) / len(counts) for b in range(4)] + [float(max(counts))]
-    out.append(float(any(n >= 2 and header_hit(index, header, row) for n, row in zip(spans, rows))))
-    return out
-
-
-def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dict[str, str], tables: Path) -> dict:
-    """``majority``, ``bow_lr``, ``overlap_lr`` and ``row_match_lr`` (module docstring) on the same
+def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dict[str, str], tables: Path,
+              seed: int = 0) -> dict:
+    """``majority``, ``bow_lr``, ``overlap_lr``, ``row_match_lr``, ``checks_lr`` and ``checks_mlp``
+    (module docstring) on the same
     split; the two regressions on the table read each statement's table from ``tables`` and, for
     ``perturbed_accuracy``, its shuffled copy."""
     import numpy as np
     import polars as pl
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
+    from sklearn.neural_network import MLPClassifier
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -304,10 +297,15 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dic
     def row_match(ids: list[str], folder: Path) -> np.ndarray:
         return np.array([row_match_features(text_of[i], *cells_of(folder / table_of[i])) for i in ids])
 
+    def checks(ids: list[str], folder: Path) -> np.ndarray:
+        return np.array([wide_features("checks", text_of[i], *cells_of(folder / table_of[i])) for i in ids])
+
     read = {}
-    for name, features in (("overlap_lr", overlap), ("row_match_lr", row_match)):
-        fitted = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(features(train_ids, tables),
-                                                                                       y_train)
+    for name, features in (("overlap_lr", overlap), ("row_match_lr", row_match), ("checks_lr", checks),
+                           ("checks_mlp", checks)):
+        model = MLPClassifier((WIDE_HIDDEN,), max_iter=500, random_state=seed) if name == "checks_mlp" else \
+            LogisticRegression(max_iter=2000)
+        fitted = make_pipeline(StandardScaler(), model).fit(features(train_ids, tables), y_train)
         read[name] = (list(fitted.predict(features(test, tables))),
                       list(fitted.predict(features(test, work / "perturbed_tables"))))
     out = {}
@@ -343,7 +341,7 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
                          "dev": result["metrics"]["dev"], "reused": result.get("reused", False)}
         log.info("bench tables %s: %s", variant, accuracy[variant])
     train_ids = split.filter(pl.col("split") == "train")["sequence_id"].to_list()
-    accuracy.update(baselines(work, train_ids, test_ids, labels, Path(s.tables)))
+    accuracy.update(baselines(work, train_ids, test_ids, labels, Path(s.tables), s.seed))
     return {"accuracy": accuracy, "runs": runs, "data": prepared,
             "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")}}
 

@@ -386,7 +386,7 @@ def add_bench_parser(sub) -> None:
     bt.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                     help="comma-separated (default: %(default)s); also dense, tableformer, mafid, tvmka_minilm; MAFiD's ablations mafid_no_ema, mafid_full_ema, mafid_no_gate; "
                     "any table variant + _minilm (e.g. mafid_minilm): initialised from MiniLM; any of those + _wide "
-                    "(e.g. mate_wide): its classifier also reads overlap_lr's word-overlap features")
+                    "(e.g. mate_wide): its classifier also reads checks_lr's features (word overlap, row matches, checks)")
     bt.add_argument("--size", default="demo", choices=["demo", "tiny"], help="model and step sizes")
     bt.add_argument("--config", default=None, help='overrides: {"model": {...}, "train": {...}, "variants": '
                     '{"tvmka_minilm": {"train": {...}}}} (JSON or a file)')

@@ -41,6 +41,7 @@ from seqenc.fixup import fixup_table_encoder
 from seqenc.inference import to_model
 from seqenc.pretrained import load_bert_encoder, load_bert_table_encoder
 from seqenc.sequences import TokenizedSequences
+from seqenc.table_checks import wide_batch
 from seqenc.table_model import TableExamples, table_encoder
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.collectives import all_gather_ragged
@@ -93,6 +94,9 @@ class EndToEndTrainer(PhasedTrainer):
         train_idx, engine = self.splits["train"], self.engines["model"]
         if self.fixup and float(self.model.fixup_mu) == 0:  # once, before the first step (not on resume)
             self.fixup_model()
+        wide = getattr(self.model, "wide", None)
+        if self.cfg.table_wide_fit_epochs and getattr(wide, "fitted", None) is not None and not int(wide.fitted):
+            self.log_metrics({"model/wide_fit_loss": self.fit_wide()}, self.step)  # once, as DT-Fixup's scaling
         desc = f"round {round_no} {self.cfg.mode} task steps"
         for _ in tqdm(range(self.phase_step, steps), desc=desc, disable=not self.progress, leave=False):
             self.model.train()
@@ -137,6 +141,14 @@ class EndToEndTrainer(PhasedTrainer):
         batches = (to_model(self.inputs(train[i:i + size].tolist()), self.model) for i in range(0, len(train), size))
         self.log_metrics({"model/fixup_mu": fixup_table_encoder(self.model, batches)}, self.step)
 
+    def fit_wide(self) -> float:
+        """The wide head alone on the train examples' features (:func:`fit_wide_head`)."""
+        train = self.splits["train"]
+        examples = [self.inputs.examples.tables[int(i)] for i in train]
+        features = wide_batch(self.model.config.table_wide_features, examples)
+        features, labels, weights = to_model((features, torch.as_tensor(self.y[train]), self.weights), self.model)
+        return fit_wide_head(self.model.wide, features, labels, weights, self.cfg.table_wide_fit_epochs, self.cfg.seed)
+
     @torch.no_grad()
     def probabilities(self, index: np.ndarray | None = None) -> np.ndarray:
         """[n_sequences, n_outputs]: the rows ``index`` (default all) from forward passes, others NaN.
@@ -166,6 +178,33 @@ class EndToEndTrainer(PhasedTrainer):
 
     def rng_sources(self):
         return {}, {"batches": self.rng}
+
+
+def fit_wide_head(wide: torch.nn.Module, features: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor | None,
+                  epochs: int, seed: int, batch: int = 200, lr: float = 1e-3) -> float:
+    """Fit a table encoder's wide head (seqenc.heads.WideHead, "mlp" form) alone, before the
+    encoder's first task update: ``epochs`` passes over the train examples' features [N, F] in
+    shuffled batches of ``batch``, Adam at ``lr`` (scikit-learn's MLP defaults), the task's class
+    weights; then its ``fitted`` flag is set. Returns the last epoch's mean loss. Why: trained
+    only with the encoder, the wide head gets the encoder's ~3 epochs at a decaying rate, and the
+    same features reach more in a model of their own (docs/tables.md, "Checks for the wide head":
+    ``checks_mlp``); fitted first, the encoder learns what the features leave."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(wide.parameters(), lr=lr)
+    wide.train()
+    last = 0.0
+    for _ in range(epochs):
+        order, total = torch.randperm(len(labels), generator=generator).to(labels.device), 0.0
+        for start in range(0, len(labels), batch):
+            part = order[start:start + batch]
+            loss = F.cross_entropy(wide(features[part]), labels[part], weight=weights)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item() * len(part)
+        last = total / max(1, len(labels))
+    wide.fitted.fill_(1)
+    return last
 
 
 class TableInputs:

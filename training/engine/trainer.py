@@ -100,6 +100,12 @@ class TrainConfig:
     table_pretrain_rows: list[int] = field(default_factory=lambda: [2, 4, 0])
     # ... and the kinds of statement it draws from (table_pretrain.STATEMENT_KINDS)
     table_pretrain_kinds: list[str] = field(default_factory=lambda: ["lookup"])
+    # mode "table" with a wide head of the "mlp" form (seqenc.heads.WideHead): epochs of fitting the
+    # wide head alone on the train examples' features before the first task update
+    # (training.engine.end_to_end.fit_wide_head); 0: it learns only with the encoder. 0: chosen on
+    # TabFact's dev split (docs/tables.md, "Checks for the wide head": mate_wide, best evaluation,
+    # seeds 0 / 1: 0.640 / 0.618 without the fit, 0.629 / 0.617 with 200 epochs)
+    table_wide_fit_epochs: int = 0
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.tasks.data)
     mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
     device: str = "auto"  # where the model trains: "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
@@ -121,6 +127,8 @@ class TrainConfig:
             raise ValueError(f"table_pretrain_steps={self.table_pretrain_steps} must be >= 0 and table_pretrain_rows="
                              f"{self.table_pretrain_rows} a list of row cuts >= 2 (0: the whole table)")
         check_kinds(self.table_pretrain_kinds)
+        if self.table_wide_fit_epochs < 0:
+            raise ValueError(f"table_wide_fit_epochs={self.table_wide_fit_epochs} must be >= 0")
 
     @property
     def ka_steps_per_round(self) -> int:
