@@ -188,7 +188,8 @@ def fit_wide_head(wide: torch.nn.Module, features: torch.Tensor, labels: torch.T
     weights; then its ``fitted`` flag is set. Returns the last epoch's mean loss. Why: trained
     only with the encoder, the wide head gets the encoder's ~3 epochs at a decaying rate, and the
     same features reach more in a model of their own (docs/tables.md, "Checks for the wide head":
-    ``checks_mlp``); fitted first, the encoder learns what the features leave."""
+    ``checks_mlp``); fitted first, the encoder learns what the features leave. Off by default
+    (``TrainConfig.table_wide_fit_epochs`` = 0): on TabFact's dev split it did not gain."""
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.Adam(wide.parameters(), lr=lr)
     wide.train()
