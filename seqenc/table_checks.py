@@ -58,6 +58,7 @@ wording ("be", "have") needs none of them changed.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import torch
 
@@ -176,13 +177,10 @@ def check_features(text: str, header: list[str], rows: list[list[str]]) -> list[
     f["first_is_key"] = float("first" in words and 0 in key)
     f["last_is_key"] = float("last" in words and len(rows) - 1 in key)
 
-    counts = set()  # how many rows hold a cell the text names whole, per column and value
-    for c in range(n_cols):
-        held: dict[str, int] = {}
-        for row in rows:
-            if c < len(row):
-                held[row[c]] = held.get(row[c], 0) + 1
-        counts |= {k for value, k in held.items() if named_stretches(index, value)}
+    held = [Counter(row[c] for row in rows if c < len(row)) for c in range(n_cols)]  # rows per column value
+    named_values = [{value for value in column if named_stretches(index, value)} for column in held]
+    counts = {column[value] for column, named_here in zip(held, named_values) for value in named_here}
+    # counts: how many rows hold a cell the text names whole, per column and value
     small = [n for n in numbers if n == int(n) and n <= SMALL]
     f["count_named"] = float(any(n in counts for n in small))
     f["count_rows"] = float(any(n == len(rows) for n in small))
@@ -268,16 +266,10 @@ def check_features(text: str, header: list[str], rows: list[list[str]]) -> list[
 
     modes, named_cells = False, False
     if MODE.search(text.lower()):
-        for c in range(n_cols):
-            held: dict[str, int] = {}
-            for row in rows:
-                if c < len(row):
-                    held[row[c]] = held.get(row[c], 0) + 1
-            top = max(held.values(), default=0)
-            for value, k in held.items():
-                if named_stretches(index, value):
-                    named_cells = True
-                    modes |= k == top and top > 1
+        for column, named_here in zip(held, named_values):
+            top = max(column.values(), default=0)
+            named_cells |= bool(named_here)
+            modes |= any(column[value] == top and top > 1 for value in named_here)
     f["mode_ok"] = float(modes)
     f["mode_bad"] = float(named_cells and not modes)
 

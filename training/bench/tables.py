@@ -301,13 +301,16 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dic
         return np.array([wide_features("checks", text_of[i], *cells_of(folder / table_of[i])) for i in ids])
 
     read = {}
-    for name, features in (("overlap_lr", overlap), ("row_match_lr", row_match), ("checks_lr", checks),
-                           ("checks_mlp", checks)):
-        model = MLPClassifier((WIDE_HIDDEN,), max_iter=500, random_state=seed) if name == "checks_mlp" else \
-            LogisticRegression(max_iter=2000)
-        fitted = make_pipeline(StandardScaler(), model).fit(features(train_ids, tables), y_train)
-        read[name] = (list(fitted.predict(features(test, tables))),
-                      list(fitted.predict(features(test, work / "perturbed_tables"))))
+    for names, features in ((("overlap_lr",), overlap), (("row_match_lr",), row_match),
+                            (("checks_lr", "checks_mlp"), checks)):
+        # each feature set once: train, test, and test against the shuffled tables
+        X_train, X_test, X_shuffled = (features(train_ids, tables), features(test, tables),
+                                       features(test, work / "perturbed_tables"))
+        for name in names:
+            model = MLPClassifier((WIDE_HIDDEN,), max_iter=500, random_state=seed) if name == "checks_mlp" else \
+                LogisticRegression(max_iter=2000)
+            fitted = make_pipeline(StandardScaler(), model).fit(X_train, y_train)
+            read[name] = (list(fitted.predict(X_test)), list(fitted.predict(X_shuffled)))
     out = {}
     for name, (pred, shuffled) in {"majority": ([majority] * len(test),) * 2, "bow_lr": (list(predicted),) * 2,
                                    **read}.items():
