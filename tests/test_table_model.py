@@ -285,7 +285,11 @@ def test_table_encoders_start_from_minilm(kind):
         zeros, mask = torch.zeros_like(ids), torch.ones_like(ids, dtype=torch.bool)
         with torch.no_grad():
             ours = model.encode(ids, types, types * 2, zeros, zeros, pos, zeros, torch.zeros(1, 8, 3, dtype=torch.long), mask)
-            theirs = bert(input_ids=ids, token_type_ids=types, position_ids=pos).last_hidden_state[:, 0]
+            # an explicit all-ones mask: without one, transformers 5 reads positions that restart
+            # at 0 as packed sequences and attends within each restart only (per-cell positions
+            # would split the input into cells); ours attends over the whole input
+            theirs = bert(input_ids=ids, token_type_ids=types, position_ids=pos,
+                          attention_mask=torch.ones_like(ids)).last_hidden_state[:, 0]
         assert (ours - theirs).abs().max() < 1e-4
 
 
