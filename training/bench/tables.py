@@ -80,7 +80,7 @@ TABLES, STATEMENTS, TASK = "tables", "statements", "verify"
 # the table encoders' input settings (TableConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
 # the bench's training of the scratch table encoders by --size, under --config: at demo, fewer
-# updates than the size's table_train (1,500 + 3,000), so that the default run on TabFact (7,666
+# task updates than the size's table_train (3,000), so that the default run on TabFact (7,666
 # training statements of ~260 tokens) fits 90 minutes of this 2-core machine (docs/tables.md);
 # other sizes train as the size says (tiny: the tests' budget). Pre-training at demo: 2,400 updates
 # drawing all four statement kinds (lookups, superlatives, comparisons, counts), chosen on TabFact's
