@@ -121,6 +121,24 @@ def test_threshold_policies():
         policy_threshold(np.zeros(0), {"policy": "quantile", "q": 0.5})
 
 
+def test_tied_scores_at_the_cut_are_not_flagged_whole():
+    """HDFS blocks repeat, so scores tie in large blocks: a share (or 1 - q) flags at most that
+    share of the reference -- never a whole tied block at the quantile (scikit-learn's convention)."""
+    scores = np.array([0.0] * 60 + [1.0] * 30 + list(np.linspace(2, 3, 10)))  # 60 % tie at the floor
+    cut = policy_threshold(scores, {"policy": "contamination", "share": 0.5})  # the median is the floor
+    assert (scores >= cut).sum() == 40  # the 40 above the floor, not all 100
+    cut = policy_threshold(scores, {"policy": "quantile", "q": 0.75})  # inside the block of ones
+    assert (scores >= cut).sum() == 10
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # any ties, any share: never more than asked (+1 of the interpolation)
+        scores = rng.integers(0, 5, size=rng.integers(1, 60)).astype(np.float64)
+        share = float(rng.choice([0.01, 0.1, 0.3, 0.5]))
+        flagged = (scores >= policy_threshold(scores, {"policy": "contamination", "share": share})).sum()
+        assert flagged <= share * (len(scores) - 1) + 1
+    distinct = rng.permutation(200).astype(np.float64)  # no ties: the share exactly (up to one)
+    assert abs((distinct >= policy_threshold(distinct, {"policy": "contamination", "share": 0.1})).sum() - 20) <= 1
+
+
 def test_a_clean_reference_sets_the_threshold(fitted):
     """``splits["reference"]``: the scorer and the threshold are fitted on those sequences (here
     the normal dev blocks, as a user who declares a clean window), not on dev."""

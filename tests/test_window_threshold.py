@@ -40,6 +40,9 @@ def test_a_window_threshold_follows_the_window_not_the_training():
     assert flagged[950:].all() and flagged[:950].mean() < 0.01 and "modified z-score" in why
     cut, why = window_threshold({**trained, "window_rule": {"rule": "contamination", "share": 0.1}}, scores)
     assert (scores >= cut).mean() == pytest.approx(0.1, abs=0.002) and "top 0.1" in why
+    tied = np.concatenate([np.full(80, 0.01), scores[-20:]])  # most of a window at one score
+    cut, _ = window_threshold({**trained, "window_rule": {"rule": "contamination", "share": 0.5}}, tied)
+    assert (tied >= cut).sum() == 20  # the top half is asked for; the tied block is not flagged whole
     small = scores[:WINDOW_MIN - 1]  # too few to read a distribution: the trained threshold, said so
     assert window_threshold({**trained, "window_rule": {"rule": "label_free"}}, small) == \
         (0.9, f"the threshold fitted at training (fewer than {WINDOW_MIN} sequences scored)")

@@ -180,7 +180,7 @@ def window_rule(task) -> dict | None:
 
 def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
     """(threshold, what set it) for one scored window of a bundle (:func:`window_rule`)."""
-    from training.engine.unlabelled import LABEL_FREE_RULE, label_free_threshold
+    from training.engine.unlabelled import LABEL_FREE_RULE, label_free_threshold, quantile_cut
 
     rule, trained = meta.get("window_rule"), float(meta.get("threshold", 0.5))
     scores = np.asarray(scores, dtype=np.float64)
@@ -188,7 +188,7 @@ def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
         why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else "")
         return trained, why
     if rule["rule"] == "contamination":
-        return float(np.quantile(scores, 1.0 - rule["share"])), f"the top {rule['share']} of the window's scores"
+        return quantile_cut(scores, 1.0 - rule["share"]), f"the top {rule['share']} of the window's scores"
     return label_free_threshold(scores), LABEL_FREE_RULE.replace("reference", "window's")
 
 
