@@ -16,8 +16,9 @@ def test_bench_tables_writes_the_contract(tmp_path):
     assert main(["bench", "tables", "--tables", str(src / "tables"), "--train", str(src / "val.jsonl"),
                  "--json", str(out), "--size", "tiny", "--max-tables", "12", "--scaling-tokens", "128",
                  "--variants", "tableformer,mafid", "--layer-positions", "256",
-                 "--repeat", "1", "--threads", "1", "--no-progress"]) == 0
+                 "--repeat", "1", "--threads", "1", "--jobs", "2", "--no-progress"]) == 0
     r = json.loads(out.read_text())
+    assert r["jobs"]["workers"] == 2  # the two variants trained side by side, each in its own process
     # every variant trains and scores through the CLI in tests/test_table_task.py (TVM-KA too); here two + baselines
     assert set(r["accuracy"]) == {"tableformer", "mafid", "majority", "bow_lr", "overlap_lr", "row_match_lr",
                                "checks_lr", "checks_mlp"}

@@ -125,7 +125,8 @@ class TablesBenchSettings:
     max_mb: int = 8192
     max_seconds: float = 300.0
     repeat: int = 2
-    threads: int = 2
+    threads: int = 2  # torch threads of a scaling child
+    jobs: int = 0  # variants trained at once, each in its own process (0: torch's threads; training.bench.table_jobs)
 
 
 # --- data -------------------------------------------------------------------------------------
@@ -325,32 +326,58 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dic
     return out
 
 
-def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) -> dict:
+def evaluate_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str, progress: bool) -> dict:
+    """Train one variant (or reuse it, ``reuse_trained``) and score the test statements against the
+    tables as given and perturbed: ``{"accuracy": row, "run": ..., "test_ids": [...]}``. Runs in a
+    worker process when variants train side by side (training.bench.table_jobs)."""
     import polars as pl
 
     from training.serving.scoring import load_bundle, score_objects
 
+    t0 = time.perf_counter()
+    trained = _trained(work, variant) if s.reuse_trained else None
+    bundle_dir, result = trained or train_variant(variant, s, work, catalog, progress)
+    split = pl.read_parquet(work / variant / "sequences" / TASK / "splits.parquet")
+    test_ids = split.filter(pl.col("split") == "test")["sequence_id"].to_list()
+    bundle = load_bundle(bundle_dir)
+    predicted = score_objects(bundle, _test_objects(work / "data", test_ids), progress=False)
+    perturbed = score_objects(bundle, _test_objects(work / "perturbed", test_ids), progress=False)
+    accuracy = _scores(predicted, perturbed, _labels(work / "data", STATEMENTS))
+    log.info("bench tables %s: %s", variant, accuracy)
+    return {"accuracy": accuracy, "test_ids": test_ids,
+            "run": {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
+                    "dev": result["metrics"]["dev"], "reused": result.get("reused", False)}}
+
+
+def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) -> dict:
+    import polars as pl
+
+    from training.bench.table_jobs import plan, run_variants
+    from training.serving import tracking
+
+    t0 = time.perf_counter()
     prepared = prepare(s, work)
     labels = _labels(work / "data", STATEMENTS)
-    accuracy, runs, split, test_ids = {}, {}, None, None
-    for variant in s.variants:
-        t0 = time.perf_counter()
-        trained = _trained(work, variant) if s.reuse_trained else None
-        bundle_dir, result = trained or train_variant(variant, s, work, prepared["catalog"], progress)
-        if split is None:  # the same data and seed: every variant's split is the first's
-            split = pl.read_parquet(work / variant / "sequences" / TASK / "splits.parquet")
-            test_ids = split.filter(pl.col("split") == "test")["sequence_id"].to_list()
-        bundle = load_bundle(bundle_dir)
-        predicted = score_objects(bundle, _test_objects(work / "data", test_ids), progress=False)
-        perturbed = score_objects(bundle, _test_objects(work / "perturbed", test_ids), progress=False)
-        accuracy[variant] = _scores(predicted, perturbed, labels)
-        runs[variant] = {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
-                         "dev": result["metrics"]["dev"], "reused": result.get("reused", False)}
-        log.info("bench tables %s: %s", variant, accuracy[variant])
+    tracking.use_store(work)  # the store and its experiment exist before any worker writes to them
+    tracking.experiment_id(work)
+    workers, threads = plan(s.jobs, len(s.variants))
+    rows = run_variants(evaluate_variant, list(s.variants), s.jobs, s, work, prepared["catalog"], progress)
+    # the same data and seed: every variant's split is the first's (checked, never assumed)
+    first = s.variants[0]
+    split = pl.read_parquet(work / first / "sequences" / TASK / "splits.parquet")
+    test_ids = rows[first]["test_ids"]
+    for variant, row in rows.items():
+        if sorted(row["test_ids"]) != sorted(test_ids):
+            raise RuntimeError(f"bench tables: {variant}'s test split differs from {first}'s; "
+                               "remove the workdir and run again")
+    accuracy = {v: row["accuracy"] for v, row in rows.items()}
+    runs = {v: row["run"] for v, row in rows.items()}
     train_ids = split.filter(pl.col("split") == "train")["sequence_id"].to_list()
     accuracy.update(baselines(work, train_ids, test_ids, labels, Path(s.tables), s.seed))
     return {"accuracy": accuracy, "runs": runs, "data": prepared,
-            "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")}}
+            "split": {name: int((split["split"] == name).sum()) for name in ("train", "dev", "test")},
+            "jobs": {"workers": workers, "threads_each": threads},
+            "seconds": round(time.perf_counter() - t0, 1)}
 
 
 # --- the whole bench --------------------------------------------------------------------------

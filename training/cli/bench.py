@@ -194,6 +194,8 @@ def cmd_bench_tables(args) -> int:
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
         raise ValueError(f"--variants: unknown {', '.join(unknown)}; choose from {', '.join(VARIANTS)}")
+    if args.jobs < 0:
+        raise ValueError(f"--jobs {args.jobs}: give 0 (as many as torch's threads), 1 (one variant after the other) or more")
     _require_paths(("--tables", args.tables), ("--train", args.train), ("--test", args.test))
     settings = TablesBenchSettings(tables=args.tables, train=args.train, test=args.test, variants=variants,
                                    size=args.size, config=config_arg(args.config) if args.config else {},
@@ -201,7 +203,7 @@ def cmd_bench_tables(args) -> int:
                                    scaling_tokens=tuple(_int_list(args.scaling_tokens, "--scaling-tokens")),
                                    layer_positions=tuple(_int_list(args.layer_positions, "--layer-positions")),
                                    max_mb=args.max_mb, max_seconds=args.max_seconds, repeat=args.repeat,
-                                   threads=args.threads)
+                                   threads=args.threads, jobs=args.jobs)
     out = Path(args.json)
     workdir = Path(args.workdir or out.with_suffix(""))
     result = bench_tables(settings, workdir, progress=not args.no_progress, accuracy=not args.no_accuracy,
@@ -399,6 +401,9 @@ def add_bench_parser(sub) -> None:
     bt.add_argument("--max-seconds", type=float, default=300.0, help="a scaling child past this: over_limit")
     bt.add_argument("--repeat", type=int, default=2, help="timed passes per scaling row (after a warm-up)")
     bt.add_argument("--threads", type=int, default=2, help="torch threads of a scaling child")
+    bt.add_argument("--jobs", type=int, default=0, help="variants trained at once, each in its own process "
+                    "with its share of torch's threads (default 0: as many as torch's threads, i.e. OMP_NUM_THREADS "
+                    "or the cores; 1: one after the other)")
     bt.add_argument("--no-accuracy", action="store_true", help="only the scaling rows")
     bt.add_argument("--reuse-trained", action="store_true", help="variants an earlier run trained to the end in "
                     "--workdir are scored again, not retrained (an interrupted bench goes on where it stopped)")
