@@ -1,13 +1,14 @@
 """The variants of ``seqenc bench tables`` trained side by side, each in its own process.
 
 Why: a demo-size table encoder does not scale across the cores of a small machine. On the 2-core
-machine a ``mate`` run with the longer pre-training (2,400 + 1,500 updates) ran its updates at
-1.23 a second with both cores (torch's intra-op threads), against about 1 a second on one core
-with a second run beside it: two variants one after the other at two threads took about twice as
-long as the two side by side at one thread each. So the bench trains up to ``jobs`` variants at
-once (default: as many as torch's threads in the calling process, i.e. ``OMP_NUM_THREADS`` or
-the cores), each in a process of its own with ``threads // jobs`` torch threads, and scores them
-there too. ``jobs`` 1 (or ``OMP_NUM_THREADS=1``) keeps the old order: one variant after the
+machine ``mate`` with the longer pre-training (2,400 + 1,500 updates) pre-trained in 16.5 min on
+both cores (torch's intra-op threads) against 19 min on one core beside a second run (1.15x), and
+its task updates ran at 1.22 a second on both cores against 1.35-1.65 on one core beside another
+variant: two variants one after the other took about twice as long as the two side by side
+(docs/tables.md, "Longer pre-training": the default run 46.6 min side by side). So the bench
+trains up to ``jobs`` variants at once (default: as many as torch's threads in the calling
+process, i.e. ``OMP_NUM_THREADS`` or the cores), each in a process of its own with
+``threads // jobs`` torch threads, and scores them there too. ``jobs`` 1 (or ``OMP_NUM_THREADS=1``) keeps the old order: one variant after the
 other in the calling process.
 
 Processes are started with ``spawn`` (a fork after torch has started its thread pool can hang).
