@@ -326,7 +326,8 @@ def baselines(work: Path, train_ids: list[str], test_ids: list[str], labels: dic
     return out
 
 
-def evaluate_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str, progress: bool) -> dict:
+def evaluate_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str, labels: dict[str, str],
+                     progress: bool) -> dict:
     """Train one variant (or reuse it, ``reuse_trained``) and score the test statements against the
     tables as given and perturbed: ``{"accuracy": row, "run": ..., "test_ids": [...]}``. Runs in a
     worker process when variants train side by side (training.bench.table_jobs)."""
@@ -342,7 +343,7 @@ def evaluate_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: 
     bundle = load_bundle(bundle_dir)
     predicted = score_objects(bundle, _test_objects(work / "data", test_ids), progress=False)
     perturbed = score_objects(bundle, _test_objects(work / "perturbed", test_ids), progress=False)
-    accuracy = _scores(predicted, perturbed, _labels(work / "data", STATEMENTS))
+    accuracy = _scores(predicted, perturbed, labels)
     log.info("bench tables %s: %s", variant, accuracy)
     return {"accuracy": accuracy, "test_ids": test_ids,
             "run": {"seconds": round(time.perf_counter() - t0, 1), "run_id": result["run_id"],
@@ -361,7 +362,7 @@ def bench_accuracy(s: TablesBenchSettings, work: Path, progress: bool = True) ->
     tracking.use_store(work)  # the store and its experiment exist before any worker writes to them
     tracking.experiment_id(work)
     workers, threads = plan(s.jobs, len(s.variants))
-    rows = run_variants(evaluate_variant, list(s.variants), s.jobs, s, work, prepared["catalog"], progress)
+    rows = run_variants(evaluate_variant, list(s.variants), s.jobs, s, work, prepared["catalog"], labels, progress)
     # the same data and seed: every variant's split is the first's (checked, never assumed)
     first = s.variants[0]
     split = pl.read_parquet(work / first / "sequences" / TASK / "splits.parquet")
