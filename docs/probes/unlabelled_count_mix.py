@@ -4,7 +4,8 @@ sequence, no label read) ahead of scikit-learn's detectors on hdfs and bgl?
 
 Two steps, each on the finished runs of ``seqenc bench accuracy --modes unlabelled --workdir W``
 (no training: the trainer resumes from its last checkpoint and only recomputes the final phase,
-reproducing the bench's test F1 to the last digit):
+reproducing the bench's test F1 to the last digit; a seed with no run in W is trained there from
+scratch with the bench's settings). Run from the repository root (the data: ../shared/data):
 
     # 1. per-sequence scores: ours, iforest, lof, ocsvm (fitted exactly as training.bench.detectors
     #    does), labels and splits, into OUT/<dataset>-<seed>.npz
