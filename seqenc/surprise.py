@@ -133,7 +133,9 @@ TAIL_SHARE = 0.1  # the share of the fitted sequences whose largest values defin
 STAT_MIN_SCALE = 0.25  # nats: a key's tail scale is at least this (a deterministic key's is ~0)
 SEQ_MIN_SCALE = 0.05  # the same for a statistic's maximum over keys (units: key scores)
 MIN_SCALE = 1e-3  # the same for the KA's logit
-CALIBRATION = "tail"  # saved with a scorer; a bundle fitted otherwise is refused
+CALIBRATION = "tail+squash"  # saved with a scorer; a bundle fitted otherwise is refused ("tail": before the squash)
+# scores above this many nats are compressed before the sigmoid (:func:`squash`): 1 in ~22,000
+SQUASH_KNEE = 10.0
 # a sequence holding a novel value (seqenc.novel_values) scores at least this: above every tail
 # score a normal sequence reaches (-log of a tail probability: 8.3 is 1 in 4,000), so a rule
 # that flags the top of the reference flags it whatever the reference's surprise
@@ -238,6 +240,21 @@ def tail_fit(x: np.ndarray, min_scale: float) -> tuple[float, float]:
     t = x[k - 1]
     scale = max(float((x[:k] - t).sum()) / (k - 1), min_scale)
     return float(t - scale * math.log((n + 1) / (k + 1))), scale
+
+
+def squash(score: np.ndarray) -> np.ndarray:
+    """The score up to ``SQUASH_KNEE``, then ``knee + log1p(score - knee)``: increasing, and
+    continuous with its slope at the knee. Why (issue 50): a tail line extrapolates far past its
+    reference (a long parameter value 60-150 nats over a key's tail reads 30-100 tail units), and
+    in float64 sigmoid(s) is exactly 1.0 for every s above ~36.7. Those sequences then tied at
+    P = 1.0 -- 7-25 of bgl's 376 dev windows, 1,818 of hdfs's 4,244 dev blocks at seed 0 -- and
+    a contamination share below their share put the cut at 1.0, where nothing is flagged (ties at
+    the cut are not, training.engine.unlabelled.quantile_cut): the most surprising sequences
+    were never flagged. Squashed, the sigmoid keeps every score apart up to ~1e11."""
+    score = np.asarray(score, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        over = np.log1p(np.maximum(score - SQUASH_KNEE, 0.0))
+    return np.where(score > SQUASH_KNEE, SQUASH_KNEE + over, score)
 
 
 def _logit(probs: np.ndarray) -> np.ndarray:
@@ -365,16 +382,17 @@ class SurpriseScorer:
 
     def combine(self, ka_probs: np.ndarray | None, stats: np.ndarray, data: TokenizedSequences,
                 novel_counts: np.ndarray | None = None) -> np.ndarray:
-        """[n_sequences, 2] probabilities of the combined score sigmoid(max(s_KA, s_surprise));
-        without a KA line sigmoid(s_surprise), and ``ka_probs`` is not read (may be None); with
-        novel values sigmoid(max(s_surprise, s_novel)) (``novel_counts`` as :meth:`novel_line`)."""
+        """[n_sequences, 2] probabilities of the combined score sigmoid(squash(max(s_KA, s_surprise)));
+        without a KA line sigmoid(squash(s_surprise)), and ``ka_probs`` is not read (may be None);
+        with novel values sigmoid(squash(max(s_surprise, s_novel))) (``novel_counts`` as
+        :meth:`novel_line`; :func:`squash` keeps the largest scores apart)."""
         score = self.sequence_surprise(stats, data)
         if self.uses_ka:
             score = np.maximum((_logit(ka_probs) - self.ka_centre) / self.ka_scale, score)
         novel = self.novel_line(data, novel_counts)
         if novel is not None:
             score = np.maximum(score, novel)
-        p = 1.0 / (1.0 + np.exp(-np.clip(score, -500, 500)))
+        p = 1.0 / (1.0 + np.exp(-np.clip(squash(score), -500, 500)))
         return np.stack([1.0 - p, p], axis=1)
 
     def to_dict(self) -> dict:

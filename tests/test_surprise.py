@@ -132,6 +132,8 @@ def test_scorer_standardises_per_key_and_takes_the_larger_score():
     old.pop("calibration")
     with pytest.raises(ValueError, match="retrain"):
         SurpriseScorer.from_dict(old)
+    with pytest.raises(ValueError, match="retrain"):  # fitted before the squash: its threshold meant another P
+        SurpriseScorer.from_dict({**scorer.to_dict(), "calibration": "tail"})
     with pytest.raises(ValueError, match="at least 2 normal"):
         SurpriseScorer.fit(stats, data, probs, np.arange(1))
 
@@ -186,3 +188,25 @@ def test_end_to_end_modes_refuse_surprise_scoring(prepared_task, tmp_path):
     with pytest.raises(ValueError, match="surprise_scoring reads the TVM"):
         pipeline.run_train(str(work), resolve_task(None, "anomaly"), "tiny", mode="flattened",
                            config={"model": {"surprise_scoring": True}}, progress=False)
+
+
+def test_large_scores_stay_apart_after_the_sigmoid():
+    """Tail scores far past the knee (a long value's NLL extrapolated, or novel values) keep
+    their order as probabilities: in float64 sigmoid(s) is 1.0 for every s above ~36.7, and such
+    ties put a contamination cut at 1.0, where nothing is flagged (issue 50)."""
+    from seqenc.surprise import SQUASH_KNEE, squash
+    from training.engine.unlabelled import policy_threshold
+
+    scores = np.array([-3.0, 0.0, 5.0, SQUASH_KNEE, 12.0, 40.0, 64.0, 104.0, 1e4, 1e9])
+    s = squash(scores)
+    assert (np.diff(s) > 0).all()  # increasing
+    np.testing.assert_array_equal(s[:4], scores[:4])  # unchanged up to the knee
+    eps = 1e-6  # continuous with its slope at the knee
+    assert abs((squash(np.array([SQUASH_KNEE + eps]))[0] - SQUASH_KNEE) / eps - 1.0) < 1e-3
+    p = 1.0 / (1.0 + np.exp(-s))
+    assert (np.diff(p) > 0).all() and p[-1] < 1.0
+    # a reference whose top 10 % are far past the knee: a 5 % share flags 5 %, not none
+    ref = np.concatenate([np.linspace(-2, 2, 90), np.linspace(40, 130, 10)])
+    probs = 1.0 / (1.0 + np.exp(-squash(ref)))
+    cut = policy_threshold(probs, {"policy": "contamination", "share": 0.05})
+    assert 4 <= (probs >= cut).sum() <= 6
