@@ -33,18 +33,15 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import polars as pl
 import torch
 from sklearn.metrics import roc_auc_score
 
-from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
 from training.bench import accuracy as A
 from training.bench.data import load_dataset
-from training.bench.detectors import DETECTORS, make_detector
-from training.engine.trainer import TrainConfig
+from training.bench.detectors import DETECTORS, detector_scores
 from training.engine.unlabelled import UnlabelledTrainer, labelled_metrics, policy_threshold, quantile_cut
-from training.tasks.baselines import count_vectors, pca_detector
+from training.tasks.baselines import count_vectors
 from training.tasks.metrics import task_metrics
 
 DATA = Path("../shared/data")
@@ -53,23 +50,12 @@ MIXES = [("max", ("ours", d)) for d in DETECTORS] + [("mean", ("ours", d)) for d
 
 
 def bench_inputs(name: str, seed: int, out: Path, config: dict):
-    """The dataset, tokenizer, windows, labels, splits and a trainer factory, as
-    training.bench.accuracy builds them for an unlabelled row."""
+    """The dataset, windows, labels, splits and a trainer factory, as training.bench.accuracy
+    builds them for an unlabelled row (its own helpers)."""
     ds = load_dataset(name, DATA, out / f"data-{name}-{seed}", seed=seed, limit=A.DEFAULT_LIMITS.get(name))
-    sizes = {part: {**A.SIZES["demo"][part], **A.BENCH_OVERRIDES.get(part, {}),
-                    **A.UNLABELLED_OVERRIDES.get(part, {}), **config.get(part, {})} for part in ("model", "train")}
-    values = A.collect_value_sequences(ds.objects, ds.exclude_keys)
-    train_ids = ds.split.filter(pl.col("split") == "train")["sequence_id"]
-    tok, data = A.vocab_and_windows(values, train_ids, sizes["model"])
-    label_of = dict(ds.labels.select("sequence_id", "label").iter_rows())
-    split_of = dict(ds.split.select("sequence_id", "split").iter_rows())
-    y = np.array([ds.class_names.index(label_of[s]) for s in data.sequence_ids])
-    splits = {p: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == p])
-              for p in ("train", "dev", "test")}
-    model_cfg = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
-                               "val_sep_token_id": tok.val_sep_id, "task": "binary", "n_classes": 2,
-                               "class_names": list(ds.class_names)})
-    train_cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": "interleaved", "mlm_sequences": "all"})
+    sizes = A.bench_sizes("demo", config, unlabelled=True)
+    tok, data, y, splits = A.bench_windows(ds, sizes["model"])
+    model_cfg, train_cfg = A.unlabelled_configs(ds, tok, sizes, seed)
 
     def trainer(given: dict, workdir: Path, **kwargs) -> UnlabelledTrainer:
         torch.manual_seed(seed)
@@ -89,9 +75,7 @@ def dump(name: str, seeds: list[int], workdir: Path, out: Path, config: dict) ->
         ids, X, _ = count_vectors(ds)  # the detectors' input, aligned to the trainer's sequences
         row_of = {s: i for i, s in enumerate(ids)}
         X = X.toarray()[[row_of[s] for s in data.sequence_ids]]
-        transform, _, _ = pca_detector(X[splits["train"]])
-        Xt = transform(X)
-        scores = {d: -make_detector(d, seed).fit(Xt[splits["train"]]).score_samples(Xt) for d in DETECTORS}
+        scores = {d: detector_scores(X, splits["train"], d, seed)[0] for d in DETECTORS}
         np.savez_compressed(out / f"{name}-{seed}.npz", ours=final["probs"][:, 1], y=y, **splits, **scores)
         print(json.dumps({"dataset": name, "seed": seed, "test_f1": final["test"].get("f1")}), flush=True)
 

@@ -150,6 +150,14 @@ Q_GRID = (0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
 UNLABELLED_OVERRIDES = {"train": {"mlm_mask_unit": "value"}}
 
 
+def bench_sizes(size: str, config: dict | None = None, unlabelled: bool = False) -> dict:
+    """``{"model": ..., "train": ...}`` keyword arguments of a row's configs: the size's, the
+    bench's overrides (with ``unlabelled`` also the unlabelled modes'), then ``config``'s sections."""
+    config, extra = config or {}, UNLABELLED_OVERRIDES if unlabelled else {}
+    return {part: {**SIZES[size][part], **BENCH_OVERRIDES.get(part, {}), **extra.get(part, {}),
+                   **config.get(part, {})} for part in ("model", "train")}
+
+
 def _train_mode(mode: str, ds: LabelledDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
                 progress: bool, also_plain: bool = False) -> dict[str, dict]:
     """``{mode: row}``; with ``also_plain`` (a ``+surprise`` mode whose plain mode is asked for
@@ -216,6 +224,15 @@ def _threshold_policy(mode: str, dataset: str, config: dict) -> dict:
     return table.get(dataset, table["*"])
 
 
+def unlabelled_configs(ds: LabelledDataset, tok, sizes: dict, seed: int, variant: str = "") -> tuple:
+    """(TVMKAConfig, TrainConfig) of an unlabelled row: a binary TVMKA of the bench's sizes (the
+    ``variant``'s model settings on top), its masked LM on the train sequences it is given."""
+    config = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+                            "val_sep_token_id": tok.val_sep_id, "task": "binary", "n_classes": 2,
+                            "class_names": list(ds.class_names), **VARIANTS[variant]})
+    return config, TrainConfig(**{**sizes["train"], "seed": seed, "mode": "interleaved", "mlm_sequences": "all"})
+
+
 def _train_unlabelled(mode: str, ds: LabelledDataset, tok, data, y, splits, sizes: dict, seed: int, workdir: Path,
                       progress: bool, threshold: dict) -> dict:
     """One unlabelled row (training.engine.unlabelled): test metrics at the policy's threshold, its dev
@@ -226,10 +243,7 @@ def _train_unlabelled(mode: str, ds: LabelledDataset, tok, data, y, splits, size
     if ds.task != "binary":
         raise ValueError(f"{ds.name}: mode {mode!r} needs a binary dataset, not {ds.task}")
     normal, variant = _unlabelled_parts(mode)
-    config = TVMKAConfig(**{**sizes["model"], "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
-                            "val_sep_token_id": tok.val_sep_id, "task": "binary", "n_classes": 2,
-                            "class_names": list(ds.class_names), **VARIANTS[variant]})
-    cfg = TrainConfig(**{**sizes["train"], "seed": seed, "mode": "interleaved", "mlm_sequences": "all"})
+    config, cfg = unlabelled_configs(ds, tok, sizes, seed, variant)
     given = dict(splits)
     if normal:  # DeepLog's setting: labels pick the normal train blocks; the reference is clean
         given["train"] = splits["train"][y[splits["train"]] == 0]
@@ -291,14 +305,13 @@ def _row(metrics: dict, task: str, dev: dict | None = None) -> dict:
     return row | {f"dev_{k}": dev.get(k) if dev is not None else metrics.get(f"dev_{k}") for k in headlines}
 
 
-def bench_dataset(ds: LabelledDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool,
-                  unlabelled_sizes: dict | None = None, config: dict | None = None) -> dict:
-    """``sizes``: ``{"model": ..., "train": ...}`` keyword arguments of the configs;
-    ``unlabelled_sizes`` the same for the unlabelled modes (default ``sizes``); ``config`` the
-    bench's --config (its ``threshold`` section: the unlabelled modes' policies)."""
+def bench_windows(ds: LabelledDataset, model_sizes: dict) -> tuple:
+    """(tokenizer, windows, labels ``y``, ``splits``: train / dev / test as indexes into the
+    windows' sequences) of a dataset, as every row of the bench reads it; a next_item dataset's
+    windows carry their item histories (seqenc.heads)."""
     value_seqs = collect_value_sequences(ds.objects, ds.exclude_keys)
     tok, data = vocab_and_windows(value_seqs, ds.split.filter(pl.col("split") == "train")["sequence_id"],
-                                  sizes["model"])
+                                  model_sizes)
     if ds.task == "next_item":  # the item history, for a head that reads it (seqenc.heads)
         data.item_history = item_histories(value_seqs, data.sequence_ids, ds.event_key, list(ds.class_names))
     label_of = dict(ds.labels.select("sequence_id", "label").iter_rows())
@@ -306,6 +319,15 @@ def bench_dataset(ds: LabelledDataset, modes, sizes: dict, seed: int, workdir: P
     y = np.array([ds.class_names.index(label_of[s]) for s in data.sequence_ids])
     splits = {name: np.array([i for i, s in enumerate(data.sequence_ids) if split_of[s] == name])
               for name in ("train", "dev", "test")}
+    return tok, data, y, splits
+
+
+def bench_dataset(ds: LabelledDataset, modes, sizes: dict, seed: int, workdir: Path, progress: bool,
+                  unlabelled_sizes: dict | None = None, config: dict | None = None) -> dict:
+    """``sizes``: ``{"model": ..., "train": ...}`` keyword arguments of the configs;
+    ``unlabelled_sizes`` the same for the unlabelled modes (default ``sizes``); ``config`` the
+    bench's --config (its ``threshold`` section: the unlabelled modes' policies)."""
+    tok, data, y, splits = bench_windows(ds, sizes["model"])
     rows = {}
     for mode in modes:
         if _unlabelled_parts(mode) is not None:
@@ -373,11 +395,7 @@ def bench_accuracy(data_dir, workdir, datasets=DATASETS, modes=MODES, size: str 
     seed = seeds[0] if seeds else seed
     limits = {**DEFAULT_LIMITS, **(limits or {})}
     config = config or {}
-    sizes = {part: {**SIZES[size][part], **BENCH_OVERRIDES.get(part, {}), **config.get(part, {})}
-             for part in ("model", "train")}
-    unlabelled_sizes = {part: {**SIZES[size][part], **BENCH_OVERRIDES.get(part, {}),
-                               **UNLABELLED_OVERRIDES.get(part, {}), **config.get(part, {})}
-                        for part in ("model", "train")}
+    sizes, unlabelled_sizes = bench_sizes(size, config), bench_sizes(size, config, unlabelled=True)
     results, described = {}, {}
     for name in datasets:
         ds = load_dataset(name, data_dir, Path(workdir) / "data", seed=seed, limit=limits.get(name), split=split)

@@ -49,6 +49,16 @@ def make_detector(name: str, seed: int):
     raise ValueError(f"unknown detector {name!r}: one of {', '.join(DETECTORS)}")
 
 
+def detector_scores(X: np.ndarray, fit: np.ndarray, name: str, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(score, flags) of every row of the counts ``X`` by detector ``name`` fitted on the rows
+    ``fit`` (a mask or indexes): loglizer's tf-idf and zero mean fitted on them too, as
+    ``count_pca``; score higher = more anomalous, flags the library's own threshold (1 = outlier)."""
+    transform, _, _ = pca_detector(X[fit])  # loglizer's tf-idf + zero mean, as count_pca
+    Xt = transform(X)
+    model = make_detector(name, seed).fit(Xt[fit])
+    return -model.score_samples(Xt), (model.predict(Xt) == -1).astype(np.int64)
+
+
 def count_detector(ds: LabelledDataset, name: str, threshold: dict, normal_only: bool = False, seed: int = 0) -> dict:
     """One detector row (module docstring). ``threshold``: the unlabelled mode's policy on this
     dataset (training.engine.unlabelled.check_threshold's form)."""
@@ -66,11 +76,7 @@ def count_detector(ds: LabelledDataset, name: str, threshold: dict, normal_only:
     y = np.array([ds.class_names.index(label_of[s]) for s in ids])
     part = {p: np.array([split_of[s] == p for s in ids]) for p in SPLITS}
     fit = part["train"] & (y == 0) if normal_only else part["train"]
-    transform, _, _ = pca_detector(X[fit])  # loglizer's tf-idf + zero mean, as count_pca
-    Xt = transform(X)
-    model = make_detector(name, seed).fit(Xt[fit])
-    score = -model.score_samples(Xt)  # higher: more anomalous
-    default = (model.predict(Xt) == -1).astype(np.int64)
+    score, default = detector_scores(X, fit, name, seed)
     reference = part["dev"] & (y == 0) if normal_only else part["dev"]  # as the unlabelled mode's
     cut = policy_threshold(score[reference], threshold)
     flagged = (score >= cut).astype(np.int64)
