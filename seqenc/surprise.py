@@ -257,6 +257,15 @@ def squash(score: np.ndarray) -> np.ndarray:
     return np.where(score > SQUASH_KNEE, SQUASH_KNEE + over, score)
 
 
+def unsquash(squashed: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`squash`: the scorer's own score (tail units) back from a squashed
+    one, e.g. the logit of a probability :meth:`SurpriseScorer.combine` gave."""
+    squashed = np.asarray(squashed, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        back = SQUASH_KNEE + np.expm1(np.maximum(squashed - SQUASH_KNEE, 0.0))
+    return np.where(squashed > SQUASH_KNEE, back, squashed)
+
+
 def _logit(probs: np.ndarray) -> np.ndarray:
     p = np.clip(probs[:, 1].astype(np.float64), 1e-12, 1 - 1e-12)
     return np.log(p) - np.log1p(-p)

@@ -194,7 +194,7 @@ def test_large_scores_stay_apart_after_the_sigmoid():
     """Tail scores far past the knee (a long value's NLL extrapolated, or novel values) keep
     their order as probabilities: in float64 sigmoid(s) is 1.0 for every s above ~36.7, and such
     ties put a contamination cut at 1.0, where nothing is flagged (issue 50)."""
-    from seqenc.surprise import SQUASH_KNEE, squash
+    from seqenc.surprise import SQUASH_KNEE, squash, unsquash
     from training.engine.unlabelled import policy_threshold
 
     scores = np.array([-3.0, 0.0, 5.0, SQUASH_KNEE, 12.0, 40.0, 64.0, 104.0, 1e4, 1e9])
@@ -203,6 +203,7 @@ def test_large_scores_stay_apart_after_the_sigmoid():
     np.testing.assert_array_equal(s[:4], scores[:4])  # unchanged up to the knee
     eps = 1e-6  # continuous with its slope at the knee
     assert abs((squash(np.array([SQUASH_KNEE + eps]))[0] - SQUASH_KNEE) / eps - 1.0) < 1e-3
+    np.testing.assert_allclose(unsquash(s), scores, rtol=1e-9)  # the label-free rule reads the score back
     p = 1.0 / (1.0 + np.exp(-s))
     assert (np.diff(p) > 0).all() and p[-1] < 1.0
     # a reference whose top 10 % are far past the knee: a 5 % share flags 5 %, not none
@@ -210,3 +211,11 @@ def test_large_scores_stay_apart_after_the_sigmoid():
     probs = 1.0 / (1.0 + np.exp(-squash(ref)))
     cut = policy_threshold(probs, {"policy": "contamination", "share": 0.05})
     assert 4 <= (probs >= cut).sum() <= 6
+    # the label-free rule's median and MAD are taken on the score itself, not on its squashed form
+    from training.engine.unlabelled import LABEL_FREE_Z, label_free_threshold
+
+    wide = np.concatenate([np.linspace(0, 40, 60), np.linspace(60, 200, 40)])  # over a quarter past the knee
+    median = np.median(wide)
+    expected = median + LABEL_FREE_Z * np.median(np.abs(wide - median)) / 0.6745
+    got = label_free_threshold(1.0 / (1.0 + np.exp(-squash(wide))))
+    np.testing.assert_allclose(unsquash(np.log(got) - np.log1p(-got)), expected, rtol=1e-6)

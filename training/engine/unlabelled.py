@@ -61,7 +61,7 @@ import numpy as np
 from seqenc.model import TVMKA
 from seqenc.novel_values import NOVEL_KEY, NovelValues, skipped_ids
 from seqenc.sequences import TokenizedSequences
-from seqenc.surprise import STATS, SurpriseScorer
+from seqenc.surprise import STATS, SurpriseScorer, squash, unsquash
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import data_parallel, make_engine
 from training.engine.phased import PhasedTrainer
@@ -127,8 +127,8 @@ LABEL_FREE_RULE = f"modified z-score > {LABEL_FREE_Z} on the reference scores (m
 
 
 def label_free_threshold(reference_probs: np.ndarray) -> float:
-    """A threshold on P(anomaly) that no label chose: the score (the logit of the probability)
-    whose modified z-score among the reference sequences' scores is ``LABEL_FREE_Z``,
+    """A threshold on P(anomaly) that no label chose: the score (the logit of the probability,
+    unsquashed: the scorer's own tail score, seqenc.surprise.squash) whose modified z-score among the reference sequences' scores is ``LABEL_FREE_Z``,
     ``median + 3.5 * MAD / 0.6745``. Median and MAD stay put under a contamination below one half,
     so the rule fits a reference with anomalies in it as well as a clean one; the constant is the
     textbook's, not one measured on our data. When over half the reference scores tie (MAD 0: a
@@ -139,14 +139,14 @@ def label_free_threshold(reference_probs: np.ndarray) -> float:
     p = p[~np.isnan(p)]
     if len(p) == 0:
         raise ValueError("no reference sequences to set the threshold on")
-    score = np.log(p) - np.log1p(-p)
+    score = unsquash(np.log(p) - np.log1p(-p))  # the scorer's own tail score (seqenc.surprise.squash undone)
     median = float(np.median(score))
     spread = float(np.median(np.abs(score - median))) / 0.6745  # MAD, as a normal sigma
     if spread == 0.0:  # over half the reference ties at the median (a score floor): the mean
         spread = 1.253314 * float(np.mean(np.abs(score - median)))  # absolute deviation instead
     if spread == 0.0:  # every reference score equal: anything above it is an outlier
         return float(np.nextafter(p.max(), 1.0))
-    cut = median + LABEL_FREE_Z * spread
+    cut = float(squash(np.array(median + LABEL_FREE_Z * spread)))
     return float(1.0 / (1.0 + np.exp(-cut)))
 
 
