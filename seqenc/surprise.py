@@ -31,8 +31,9 @@ top ``TAIL_SHARE`` of the normal sequences exceed, excesses are taken as exponen
 score estimates -log P(a normal sequence's statistic >= x). Per statistic, a sequence's largest
 key score is scored again by a tail line of its own (a maximum over ~13 keys is large even on a
 normal sequence); the KA's logit gets a tail line too. The anomaly score is the largest of
-these, through a sigmoid; the decision threshold is chosen on dev (training.engine.phased). Why tails
-and not a mean and standard deviation: the statistics are far from Gaussian. The bin NLL of a
+these, through :func:`squash` and a sigmoid; the decision threshold is chosen on dev
+(training.engine.phased). Why tails and not a mean and standard deviation: the statistics are
+far from Gaussian. The bin NLL of a
 normal S(size) is bimodal (the 64 MiB block size ~1 nat, any other size 7-8), a key like
 ``level`` is ~0 except on blocks with a WARN line. A z-score measures the bulk and gave a value
 beyond every normal one (an oversize bin at 12-13 nats, the normal maximum 8.6) a z of ~3, below
