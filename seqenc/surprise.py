@@ -246,7 +246,7 @@ def tail_fit(x: np.ndarray, min_scale: float) -> tuple[float, float]:
 def squash(score: np.ndarray) -> np.ndarray:
     """The score up to ``SQUASH_KNEE``, then ``knee + log1p(score - knee)``: increasing, and
     continuous with its slope at the knee. Why (issue 50): a tail line extrapolates far past its
-    reference (a long parameter value 60-150 nats over a key's tail reads 30-100 tail units), and
+    reference (a long parameter value's 52-157 nats on bgl read 27-104 tail units), and
     in float64 sigmoid(s) is exactly 1.0 for every s above ~36.7. Those sequences then tied at
     P = 1.0 -- 7-25 of bgl's 376 dev windows, 1,818 of hdfs's 4,244 dev blocks at seed 0 -- and
     a contamination share below their share put the cut at 1.0, where nothing is flagged (ties at
