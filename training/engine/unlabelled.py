@@ -129,9 +129,10 @@ LABEL_FREE_RULE = f"modified z-score > {LABEL_FREE_Z} on the reference scores (m
 def label_free_threshold(reference_probs: np.ndarray) -> float:
     """A threshold on P(anomaly) that no label chose: the score (the logit of the probability,
     unsquashed: the scorer's own tail score, seqenc.surprise.squash) whose modified z-score
-    among the reference sequences' scores is ``LABEL_FREE_Z``, ``median + 3.5 * MAD / 0.6745``. Median and MAD stay put under a contamination below one half,
-    so the rule fits a reference with anomalies in it as well as a clean one; the constant is the
-    textbook's, not one measured on our data. When over half the reference scores tie (MAD 0: a
+    among the reference sequences' scores is ``LABEL_FREE_Z``, ``median + 3.5 * MAD / 0.6745``.
+    Median and MAD stay put under a contamination below one half, so the rule fits a reference
+    with anomalies in it as well as a clean one; the constant is the textbook's, not one
+    measured on our data. When over half the reference scores tie (MAD 0: a
     score floor, as tail scores have below their tail) the spread is the mean absolute deviation
     times 1.253314, the same textbook's fallback (a normal sigma from the mean deviation); when
     all are equal, any higher score is flagged."""
