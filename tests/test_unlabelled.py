@@ -16,7 +16,7 @@ from toy_tokens import split_windows
 from parsers import storage
 from seqenc.config import TVMKAConfig
 from seqenc.model import TVMKA
-from seqenc.surprise import SurpriseScorer
+from seqenc.surprise import SurpriseScorer, squash, unsquash
 from training.engine.trainer import TrainConfig
 from training.engine.unlabelled import (
     THRESHOLD_POLICIES,
@@ -351,34 +351,40 @@ def test_label_free_threshold_is_a_robust_outlier_rule():
     from training.engine.unlabelled import label_free_threshold
 
     rng = np.random.default_rng(0)
-    clean = rng.normal(0.0, 1.0, 2000)
-    dirty = np.concatenate([clean[:1800], rng.normal(8.0, 1.0, 200)])
+    clean = rng.normal(0.0, 3.0, 2000)  # a spread above the floor: the MAD alone sets the cut
+    dirty = np.concatenate([clean[:1800], rng.normal(24.0, 3.0, 200)])
 
     def prob(z):
-        return 1 / (1 + np.exp(-z))
+        return 1 / (1 + np.exp(-squash(z)))
+
+    def logit(p):
+        return float(unsquash(np.log(p / (1 - p))))
 
     cut_clean, cut_dirty = label_free_threshold(prob(clean)), label_free_threshold(prob(dirty))
-    logit = float(np.log(cut_clean / (1 - cut_clean)))
     med = np.median(clean)
-    assert logit == pytest.approx(med + 3.5 * np.median(np.abs(clean - med)) / 0.6745, rel=1e-6)
-    assert 3.0 < logit < 4.0 and abs(float(np.log(cut_dirty / (1 - cut_dirty))) - logit) < 1.0
+    assert logit(cut_clean) == pytest.approx(med + 3.5 * np.median(np.abs(clean - med)) / 0.6745, rel=1e-6)
+    assert 9.0 < logit(cut_clean) < 12.0 and abs(logit(cut_dirty) - logit(cut_clean)) < 3.0
     assert (prob(dirty[1800:]) >= cut_dirty).mean() > 0.9 and (prob(clean) >= cut_clean).mean() < 0.01
 
 
-def test_label_free_threshold_on_a_reference_that_mostly_ties():
-    """Over half the reference at one floor score (MAD 0): the spread falls back to the mean
-    absolute deviation (x 1.253314), so the cut sits above the floor instead of on it; a
-    reference of one score flags anything above it."""
-    from training.engine.unlabelled import label_free_threshold
+def test_label_free_threshold_on_a_tight_block_of_scores():
+    """Most sequences surprising nowhere: their scores tie at a floor, or nearly (a block 0.01
+    nats wide). The MAD is that block's width, and a cut just above it flagged a third of such a
+    stream (issue 50); the spread's floor (LABEL_FREE_MIN_SPREAD nats) puts the cut 3.5 floors above
+    the median, so only sequences far above the block are flagged."""
+    from training.engine.unlabelled import LABEL_FREE_MIN_SPREAD, LABEL_FREE_Z, label_free_threshold
 
     rng = np.random.default_rng(1)
-    floor = np.full(700, -2.0)
-    tail = rng.exponential(1.0, 300) - 2.0
-    scores = np.concatenate([floor, tail])
-    cut = label_free_threshold(1 / (1 + np.exp(-scores)))
-    logit = float(np.log(cut / (1 - cut)))
-    expected = -2.0 + 3.5 * 1.253314 * np.mean(np.abs(scores + 2.0))
-    assert logit == pytest.approx(expected, rel=1e-6) and logit > -2.0
-    assert (scores >= logit).mean() < 0.1  # not the 30 % above the floor that a cut at the median flags
-    same = label_free_threshold(np.full(50, 0.3))
-    assert same > 0.3 and not (np.full(50, 0.3) >= same).any() and 0.3001 >= same
+    block = 2.0 + rng.uniform(0.0, 0.01, 600)  # 60 % within 0.01 nats
+    mild = 2.0 + rng.exponential(1.0, 320)  # 32 % a little surprising
+    far = rng.uniform(12.0, 30.0, 80)  # 8 % far above: the anomalies
+    for body in (block, np.full(600, 2.0)):  # a near-tie and an exact tie (MAD 0)
+        scores = np.concatenate([body, mild, far])
+        cut = label_free_threshold(1 / (1 + np.exp(-squash(scores))))
+        got = float(unsquash(np.log(cut / (1 - cut))))
+        assert got == pytest.approx(np.median(scores) + LABEL_FREE_Z * LABEL_FREE_MIN_SPREAD, abs=0.02)
+        flagged = scores >= got
+        assert flagged[-80:].all() and flagged[:-80].mean() < 0.01  # the far ones, hardly any of the rest
+        assert 0.08 <= flagged.mean() < 0.09  # not the 40 % above the block
+    same = label_free_threshold(np.full(50, 0.3))  # one score only: nothing is flagged
+    assert not (np.full(50, 0.3) >= same).any()

@@ -1,0 +1,139 @@
+"""Probe (2026-12-06, docs/training.md "A label-free rule for tight score blocks"): which rule on
+the score distribution flags a sensible share without labels? The rule of
+``training.engine.unlabelled.label_free_threshold`` (median + 3.5 MAD) flagged 29-37 % of two
+new streams, because most of a stream's scores sit in a tight block and the MAD is its width.
+
+Two steps, run from the repository root (the data: ../shared/data):
+
+    # 1. train the bench's unlabelled rows (training.bench.accuracy's settings) and save every
+    #    sequence's P(anomaly): under the bench's policy, and rescored under the ``anomaly``
+    #    kind's default policy (contamination 0.05), into OUT/<dataset>-<mode>-<seed>.npz
+    python docs/probes/label_free_rules.py dump bgl unlabelled 0,1,2 W OUT
+    python docs/probes/label_free_rules.py dump hdfs unlabelled+normal 0,1,2 W OUT '{"model": {"value_end": true}}'
+    # 2. every candidate rule: dev F1 and the share flagged, its cut set (a) on the reference
+    #    sequences (the bench's label-free row) and (b) on the dev window itself (how `seqenc score`
+    #    sets it on a scored day), per row and on the mean over the rows; PREDICTIONS: optional
+    #    `seqenc score` outputs (parquet) whose flagged share is printed too
+    python docs/probes/label_free_rules.py rules OUT [PREDICTIONS ...]
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+from sklearn.metrics import f1_score
+
+from seqenc.surprise import unsquash
+from training.bench import accuracy as A
+
+sys.path.insert(0, str(Path(__file__).parent))
+from unlabelled_count_mix import bench_inputs  # noqa: E402  (the bench's dataset, windows and trainer)
+
+
+def dump(name: str, mode: str, seeds: list[int], work: Path, out: Path, config: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for seed in seeds:
+        t0 = time.time()
+        ds, data, y, splits, trainer = bench_inputs(name, seed, work, config)
+        given = dict(splits)
+        if mode == "unlabelled+normal":  # as training.bench.accuracy._train_unlabelled gives it
+            given["train"] = splits["train"][y[splits["train"]] == 0]
+            given["reference"] = splits["dev"][y[splits["dev"]] == 0]
+            given["vocabulary"] = splits["train"]
+        t = trainer(given, work / f"seed-{seed}" / mode)
+        t.threshold_policy = A._threshold_policy(mode, name, config)
+        final = t.fit()
+        default, _ = t.rescore({"policy": "contamination", "share": 0.05})  # the anomaly kind's default
+        np.savez_compressed(out / f"{name}-{mode}-{seed}.npz", bench=final["probs"][:, 1], default=default[:, 1],
+                            y=y, reference=t.reference, **splits)
+        print(name, mode, seed, t.threshold_policy, final["test"].get("f1"), round(time.time() - t0), flush=True)
+
+
+def spread_mad(x: np.ndarray) -> tuple[float, float]:
+    median = float(np.median(x))
+    return median, float(np.median(np.abs(x - median))) / 0.6745
+
+
+def mad_alone(x):  # the rule before: the MAD, a mean-absolute-deviation fallback when it is 0
+    median, s = spread_mad(x)
+    s = s or 1.253314 * float(np.mean(np.abs(x - median)))
+    return median + 3.5 * s if s > 0 else np.nextafter(x.max(), np.inf)
+
+
+def above_block(x):  # the MAD of the scores above the median when the MAD is 0
+    median, s = spread_mad(x)
+    if s > 0:
+        return median + 3.5 * s
+    above = x[x > median]
+    if len(above) < 2:
+        return np.nextafter(x.max(), np.inf)
+    m2, s2 = spread_mad(above)
+    return m2 + 3.5 * s2 if s2 > 0 else np.nextafter(m2, np.inf)
+
+
+def upper_deviations(x):  # the median of the upward deviations when the MAD is 0
+    median, s = spread_mad(x)
+    up = x[x > median] - median
+    if s == 0 and len(up) == 0:
+        return np.nextafter(x.max(), np.inf)
+    return median + 3.5 * (s if s > 0 else float(np.median(up)) / 0.6745)
+
+
+def tukey_far(x):  # Tukey's far-out fence, q3 + 3 IQR (on the scores above a tie block)
+    median, s = spread_mad(x)
+    part = x if s > 0 else x[x > median]
+    if len(part) < 4:
+        return np.nextafter(x.max(), np.inf)
+    q1, q3 = np.quantile(part, [0.25, 0.75])
+    return q3 + 3 * (q3 - q1)
+
+
+def floored(floor: float):  # the MAD, never below ``floor`` nats (the rule adopted, at 1.5)
+    def rule(x):
+        median, s = spread_mad(x)
+        return median + 3.5 * max(s, floor)
+    return rule
+
+
+RULES = {"MAD alone (before)": mad_alone, "MAD above the block": above_block, "upper deviations": upper_deviations,
+         "Tukey far-out": tukey_far, **{f"MAD, floor {f}": floored(f) for f in (0.5, 0.713, 1.0, 1.5, 2.0, 3.0)}}
+
+
+def tail_score(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1 - 1e-12)
+    return unsquash(np.log(p) - np.log1p(-p))
+
+
+def rules(out: Path, predictions: list[str]) -> None:
+    rows: dict[tuple, list] = {}
+    for f in sorted(out.glob("*.npz")):
+        z, tag = np.load(f), f.stem.rsplit("-", 1)[0]
+        for policy in ("bench", "default"):
+            s, y, dev = tail_score(z[policy]), z["y"], z["dev"]
+            for name, rule in RULES.items():
+                by_ref, by_window = s[dev] > rule(s[z["reference"]]), s[dev] > rule(s[dev])
+                rows.setdefault((tag, policy, name), []).append(
+                    (f1_score(y[dev], by_ref), by_ref.mean(), f1_score(y[dev], by_window), by_window.mean()))
+    print(f"{'row (mean over seeds)':60s} {'F1 ref':>7s} {'share':>6s} {'F1 win':>7s} {'share':>6s}")
+    means: dict[str, list] = {}
+    for (tag, policy, name), v in rows.items():
+        v = np.mean(v, axis=0)
+        means.setdefault(name, []).append(v)
+        print(f"{tag + ' ' + policy + ' ' + name:60s} {v[0]:7.3f} {v[1]:6.3f} {v[2]:7.3f} {v[3]:6.3f}")
+    print("mean over the rows:")
+    for name, v in means.items():
+        v = np.mean(v, axis=0)
+        print(f"  {name:24s} F1 ref {v[0]:.3f} share {v[1]:.3f} | F1 window {v[2]:.3f} share {v[3]:.3f}")
+    for path in predictions:  # unlabelled streams: the share each rule flags
+        s = tail_score(pl.read_parquet(path)["score"].to_numpy())
+        print(path, len(s), " ".join(f"{name}: {np.mean(s > rule(s)):.3f}" for name, rule in RULES.items()))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "dump":
+        dump(sys.argv[2], sys.argv[3], [int(s) for s in sys.argv[4].split(",")], Path(sys.argv[5]), Path(sys.argv[6]),
+             json.loads(sys.argv[7]) if len(sys.argv) > 7 else {})
+    else:
+        rules(Path(sys.argv[2]), sys.argv[3:])
