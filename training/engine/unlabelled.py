@@ -139,7 +139,7 @@ def label_free_threshold(reference_probs: np.ndarray) -> float:
     Why the spread has a floor (issue 50, item 4): a tail score is -log of a tail probability,
     in nats, and most sequences of a stream are surprising nowhere, so their scores sit in a
     tight block (60-75 % of bgl's windows at one score; a made-up freight stream 60 % within
-    0.05 nats; Zookeeper_2k's windows within 0.2). The MAD is then that block's width, not the
+    0.05 nats; Zookeeper_2k's bulk with a MAD of 0.22). The MAD is then that block's width, not the
     spread of the scores that matter, and the cut lands just above the block: 29 % of
     Zookeeper_2k and 37 % of the freight stream (7.7 % anomalous) were flagged, 31-51 % of
     value_anomaly's dev (10 % anomalous) under the ``anomaly`` kind's default. A score 1.5 nats
