@@ -267,9 +267,24 @@ def unsquash(squashed: np.ndarray) -> np.ndarray:
     return np.where(squashed > SQUASH_KNEE, back, squashed)
 
 
-def _logit(probs: np.ndarray) -> np.ndarray:
-    p = np.clip(probs[:, 1].astype(np.float64), 1e-12, 1 - 1e-12)
+def score_probability(score: np.ndarray) -> np.ndarray:
+    """P(anomaly) of a tail score: sigmoid(squash(score)), as :meth:`SurpriseScorer.combine` gives it."""
+    return 1.0 / (1.0 + np.exp(-np.clip(squash(score), -500, 500)))
+
+
+def probability_score(probs: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`score_probability`: the tail score back from P(anomaly) (clipped
+    to 1e-12 from 0 and 1; NaN stays NaN), e.g. for a rule on the scores' distribution."""
+    return unsquash(_logit_of(np.asarray(probs, dtype=np.float64)))
+
+
+def _logit_of(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-12, 1 - 1e-12)
     return np.log(p) - np.log1p(-p)
+
+
+def _logit(probs: np.ndarray) -> np.ndarray:
+    return _logit_of(probs[:, 1].astype(np.float64))
 
 
 def _line(values) -> np.ndarray:
@@ -402,7 +417,7 @@ class SurpriseScorer:
         novel = self.novel_line(data, novel_counts)
         if novel is not None:
             score = np.maximum(score, novel)
-        p = 1.0 / (1.0 + np.exp(-np.clip(squash(score), -500, 500)))
+        p = score_probability(score)
         return np.stack([1.0 - p, p], axis=1)
 
     def to_dict(self) -> dict:

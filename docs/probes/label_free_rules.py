@@ -25,7 +25,7 @@ import numpy as np
 import polars as pl
 from sklearn.metrics import f1_score
 
-from seqenc.surprise import unsquash
+from seqenc.surprise import probability_score
 from training.bench import accuracy as A
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -101,17 +101,12 @@ RULES = {"MAD alone (before)": mad_alone, "MAD above the block": above_block, "u
          "Tukey far-out": tukey_far, **{f"MAD, floor {f}": floored(f) for f in (0.5, 0.713, 1.0, 1.5, 2.0, 3.0)}}
 
 
-def tail_score(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, dtype=np.float64), 1e-12, 1 - 1e-12)
-    return unsquash(np.log(p) - np.log1p(-p))
-
-
 def rules(out: Path, predictions: list[str]) -> None:
     rows: dict[tuple, list] = {}
     for f in sorted(out.glob("*.npz")):
         z, tag = np.load(f), f.stem.rsplit("-", 1)[0]
         for policy in ("bench", "default"):
-            s, y, dev = tail_score(z[policy]), z["y"], z["dev"]
+            s, y, dev = probability_score(z[policy]), z["y"], z["dev"]
             for name, rule in RULES.items():
                 by_ref, by_window = s[dev] > rule(s[z["reference"]]), s[dev] > rule(s[dev])
                 rows.setdefault((tag, policy, name), []).append(
@@ -127,7 +122,7 @@ def rules(out: Path, predictions: list[str]) -> None:
         v = np.mean(v, axis=0)
         print(f"  {name:24s} F1 ref {v[0]:.3f} share {v[1]:.3f} | F1 window {v[2]:.3f} share {v[3]:.3f}")
     for path in predictions:  # unlabelled streams: the share each rule flags
-        s = tail_score(pl.read_parquet(path)["score"].to_numpy())
+        s = probability_score(pl.read_parquet(path)["score"].to_numpy())
         print(path, len(s), " ".join(f"{name}: {np.mean(s > rule(s)):.3f}" for name, rule in RULES.items()))
 
 

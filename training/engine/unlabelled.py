@@ -61,7 +61,7 @@ import numpy as np
 from seqenc.model import TVMKA
 from seqenc.novel_values import NOVEL_KEY, NovelValues, skipped_ids
 from seqenc.sequences import TokenizedSequences
-from seqenc.surprise import STATS, SurpriseScorer, squash, unsquash
+from seqenc.surprise import STATS, SurpriseScorer, probability_score, score_probability
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import data_parallel, make_engine
 from training.engine.phased import PhasedTrainer
@@ -152,15 +152,13 @@ def label_free_threshold(reference_probs: np.ndarray) -> float:
     (docs/training.md, "A label-free rule for tight score blocks"). The same floor covers a MAD
     of 0 (over half the reference at one score), where a mean-absolute-deviation fallback was
     used before."""
-    p = np.clip(np.asarray(reference_probs, dtype=np.float64), 1e-12, 1 - 1e-12)
-    p = p[~np.isnan(p)]
-    if len(p) == 0:
+    score = probability_score(reference_probs)  # the scorer's own tail score (seqenc.surprise.squash undone)
+    score = score[~np.isnan(score)]
+    if len(score) == 0:
         raise ValueError("no reference sequences to set the threshold on")
-    score = unsquash(np.log(p) - np.log1p(-p))  # the scorer's own tail score (seqenc.surprise.squash undone)
     median = float(np.median(score))
     spread = max(float(np.median(np.abs(score - median))) / 0.6745, LABEL_FREE_MIN_SPREAD)  # MAD as a normal sigma
-    cut = float(squash(np.array(median + LABEL_FREE_Z * spread)))
-    return float(1.0 / (1.0 + np.exp(-cut)))
+    return float(score_probability(np.array(median + LABEL_FREE_Z * spread)))
 
 
 def labelled_metrics(y: np.ndarray, probs: np.ndarray, idx: np.ndarray, threshold: float) -> dict:
