@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from training.cli.main import main
-from training.serving.scoring import WINDOW_MIN, window_rule, window_threshold
+from training.serving.scoring import REFERENCE_KEEP, WINDOW_MIN, reference_scores, window_rule, window_threshold
 from training.tasks.catalog import Task, Threshold
 
 
@@ -43,9 +43,31 @@ def test_a_window_threshold_follows_the_window_not_the_training():
     tied = np.concatenate([np.full(80, 0.01), scores[-20:]])  # most of a window at one score
     cut, _ = window_threshold({**trained, "window_rule": {"rule": "contamination", "share": 0.5}}, tied)
     assert (tied >= cut).sum() == 20  # the top half is asked for; the tied block is not flagged whole
-    small = scores[:WINDOW_MIN - 1]  # too few to read a distribution: the trained threshold, said so
+    small = scores[:WINDOW_MIN - 1]  # too few to read a distribution, and no reference kept: the trained threshold
     assert window_threshold({**trained, "window_rule": {"rule": "label_free"}}, small) == \
         (0.9, f"the threshold fitted at training (fewer than {WINDOW_MIN} sequences scored)")
+
+
+def test_a_small_window_is_judged_beside_the_training_reference():
+    """A day of a few sequences cannot show a distribution; the bundle keeps its training
+    reference's scores and the rule reads the day with them (HealthApp_2k: 18 windows, whose
+    trained threshold from 4 reference scores flagged a third of them)."""
+    rng = np.random.default_rng(1)
+    reference = 1 / (1 + np.exp(-np.concatenate([rng.normal(-10, 0.5, 950), rng.normal(-2, 0.3, 50)])))
+    kept = reference_scores(np.concatenate([reference, [np.nan]]))  # a rank's unscored row is left out
+    assert len(kept) == REFERENCE_KEEP and kept == sorted(kept) and kept[0] == reference.min() \
+        and kept[-1] == reference.max()
+    assert reference_scores(reference[:3]) == sorted(reference[:3].tolist())  # a small reference: all of it
+    day = 1 / (1 + np.exp(-np.array([-10.2, -9.8, -10.1, -9.9, -10.0, -10.3, -9.7, -10.0, -2.0])))
+    meta = {"threshold": 0.5 / (1 + np.exp(10)), "window_rule": {"rule": "label_free"}}  # trained: flags all 9
+    cut, why = window_threshold({**meta, "reference_scores": kept}, day)
+    assert (day >= cut).tolist() == [False] * 8 + [True]  # only the one far above the rest
+    assert f"the window's 9 scores and the training reference's {REFERENCE_KEEP}" in why
+    share = {**meta, "window_rule": {"rule": "contamination", "share": 0.05}, "reference_scores": kept}
+    cut, why = window_threshold(share, day)
+    assert (day >= cut).tolist() == [False] * 8 + [True] and "top 0.05 of the window's 9 scores" in why
+    tiny = {**meta, "reference_scores": kept[:3]}  # the day and the reference still too few: the trained one
+    assert window_threshold(tiny, day)[0] == meta["threshold"]
 
 
 def _stream(path: Path, labels: Path, day: str, n: int, seed: int, scale: float) -> int:
@@ -113,7 +135,9 @@ def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys)
     ingest("d2", "2025-04-02")
     ingest("d3", "2025-04-03")
     bundle = work / "models" / "checkout_watch" / "bundle"
-    assert json.loads((bundle / "metadata.json").read_text())["window_rule"] == {"rule": "label_free"}
+    meta = json.loads((bundle / "metadata.json").read_text())
+    assert meta["window_rule"] == {"rule": "label_free"}
+    assert len(meta["reference_scores"]) == 60 and meta["reference_scores"] == sorted(meta["reference_scores"])
 
     drifted, out = score("2025-04-02")
     assert "flagged" in out and "modified z-score" in out  # every scoring run says what it flagged, and why

@@ -40,7 +40,7 @@ from training.engine.trainer import TrainConfig
 from training.serving import tracking
 from training.serving.evaluate import count_baseline_metrics, history_rank_metrics, prediction_metrics
 from training.serving.registry import registered_model_name
-from training.serving.scoring import load_bundle, save_bundle, score_objects, window_rule
+from training.serving.scoring import load_bundle, reference_scores, save_bundle, score_objects, window_rule
 from training.tasks.catalog import SPLITS, load_catalog
 from training.tasks.kinds import get_kind
 from training.tasks.metrics import (
@@ -344,6 +344,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
                     "table_source": spec.table_source, "table_key": spec.table_key,
                     "mlflow_run_id": run.info.run_id, "best_step": result["best_step"],
                     "window_rule": window_rule(spec)}  # anomaly: flags per scored window (training.serving.scoring)
+        if metadata["window_rule"] is not None:  # a small scored day is judged beside these (window_threshold)
+            metadata["reference_scores"] = reference_scores(result["probs"][trainer.reference, 1])
         if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way
             metadata["surprise"] = trainer.surprise.to_dict()
         bundle = save_bundle(model, tok, metadata, out / "bundle")

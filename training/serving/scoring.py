@@ -156,7 +156,8 @@ def model_probabilities(bundle: Bundle, objects: pl.DataFrame, progress: bool = 
 
 
 TOP_ITEMS = 10  # next_item: ranked items per sequence in a predictions file (recall@1/5/10)
-WINDOW_MIN = 20  # an anomaly bundle's window rule needs this many scored sequences; fewer: the trained threshold
+WINDOW_MIN = 20  # an anomaly bundle's window rule needs this many scores; a smaller day borrows the reference's
+REFERENCE_KEEP = 200  # at most this many of the training reference's scores kept in a bundle (reference_scores)
 
 
 def window_rule(task) -> dict | None:
@@ -179,18 +180,41 @@ def window_rule(task) -> dict | None:
     return {"rule": "contamination", "share": policy["share"]} if policy["policy"] == "contamination" else None
 
 
+def reference_scores(probs: np.ndarray) -> list[float]:
+    """The training reference's scores as a bundle keeps them (``meta["reference_scores"]``): sorted,
+    at most ``REFERENCE_KEEP`` (evenly spaced order statistics of a larger reference), so a day too
+    small to read a distribution of its own is judged beside them (:func:`window_threshold`)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    probs = np.sort(probs[~np.isnan(probs)])
+    if len(probs) > REFERENCE_KEEP:
+        probs = probs[np.linspace(0, len(probs) - 1, REFERENCE_KEEP).round().astype(int)]
+    return [float(p) for p in probs]
+
+
 def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
-    """(threshold, what set it) for one scored window of a bundle (:func:`window_rule`)."""
+    """(threshold, what set it) for one scored window of a bundle (:func:`window_rule`).
+
+    A window of fewer than ``WINDOW_MIN`` scores cannot show a distribution of its own, so the
+    rule reads it together with the training reference's scores the bundle keeps
+    (:func:`reference_scores`). Only when even those together are fewer than ``WINDOW_MIN`` (or the
+    bundle predates them) does the threshold fitted at training apply. Why (issue 50): HealthApp_2k
+    makes 18 windows of 600 s; its reference (dev) held 4, the trained threshold (top 5 % of 4
+    scores) sat below the highest of them, and it flagged 6 of the 18 (33 %)."""
     from training.engine.unlabelled import LABEL_FREE_RULE, label_free_threshold, quantile_cut
 
     rule, trained = meta.get("window_rule"), float(meta.get("threshold", 0.5))
     scores = np.asarray(scores, dtype=np.float64)
-    if rule is None or len(scores) < WINDOW_MIN:
+    basis, whose = scores, "the window's scores"
+    if rule is not None and len(scores) < WINDOW_MIN:
+        reference = np.asarray(meta.get("reference_scores") or [], dtype=np.float64)
+        basis = np.concatenate([scores, reference])
+        whose = f"the window's {len(scores)} scores and the training reference's {len(reference)}"
+    if rule is None or len(basis) < WINDOW_MIN:
         why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else "")
         return trained, why
     if rule["rule"] == "contamination":
-        return quantile_cut(scores, 1.0 - rule["share"]), f"the top {rule['share']} of the window's scores"
-    return label_free_threshold(scores), LABEL_FREE_RULE.replace("reference", "window's")
+        return quantile_cut(basis, 1.0 - rule["share"]), f"the top {rule['share']} of {whose}"
+    return label_free_threshold(basis), LABEL_FREE_RULE.replace("the reference scores", whose)
 
 
 def score_objects(model_dir, objects: pl.DataFrame, progress: bool = True) -> pl.DataFrame:
