@@ -6,6 +6,7 @@ whose anomalies live only in values, scored on a later day whose values have dri
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import polars as pl
 import pytest
 
 from training.cli.main import main
-from training.serving.scoring import REFERENCE_KEEP, WINDOW_MIN, reference_scores, window_rule, window_threshold
+from training.serving.scoring import (
+    REFERENCE_KEEP,
+    WINDOW_MIN,
+    reference_percentile,
+    reference_scores,
+    window_rule,
+    window_threshold,
+)
 from training.tasks.catalog import Task, Threshold
 
 
@@ -70,6 +78,19 @@ def test_a_small_window_is_judged_beside_the_training_reference():
     assert window_threshold(tiny, day)[0] == meta["threshold"]
 
 
+def test_where_a_day_sits_among_the_reference_scores():
+    """A day like the reference sits near its 50th percentile, a drifted one near its 100th; ties
+    count half; too few scores on either side: None."""
+    rng = np.random.default_rng(2)
+    meta = {"reference_scores": reference_scores(rng.uniform(0, 1, 500))}
+    assert 40 < reference_percentile(meta, rng.uniform(0, 1, 300)) < 60
+    assert reference_percentile(meta, rng.uniform(0.9, 1.2, 300)) > 95
+    assert reference_percentile({"reference_scores": [0.1] * 10 + [0.5] * 20}, np.full(30, 0.5)) == \
+        pytest.approx(100 * (10 + 10) / 30)
+    assert reference_percentile(meta, rng.uniform(0, 1, WINDOW_MIN - 1)) is None
+    assert reference_percentile({}, rng.uniform(0, 1, 300)) is None
+
+
 def _stream(path: Path, labels: Path, day: str, n: int, seed: int, scale: float) -> int:
     """Checkout sessions: the same actions every time; a fraudulent one (8 %) only pays an amount
     far outside the usual (values, not events, give it away). ``scale`` drifts every amount."""
@@ -105,7 +126,7 @@ config = {train = {tvm_ka_ratio = 0.1, checkpoint_every = 0}}
 '''
 
 
-def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys):
+def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys, caplog):
     """Trained on one day; a later day whose every amount drifted (x 1.6) gets a small share
     flagged by its own scores (the threshold fitted at training flagged 19 % of it, for a 5 %
     policy), and a day like the first gets its fraud flagged. The tiny model ranks the drifted
@@ -125,8 +146,10 @@ def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys)
 
     def score(day: str) -> tuple[pl.DataFrame, str]:
         capsys.readouterr()
-        assert main(["score", "--model", str(bundle), "--input", str(root), "--out", str(tmp_path / "pred"),
-                     "--date", day, "--no-progress"]) == 0
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="training.serving.batch_score"):
+            assert main(["score", "--model", str(bundle), "--input", str(root), "--out", str(tmp_path / "pred"),
+                         "--date", day, "--no-progress"]) == 0
         return pl.read_parquet(tmp_path / "pred" / f"date={day}" / "part-0.parquet"), capsys.readouterr().out
 
     ingest("d1", "2025-04-01")  # trained on the first day only; the others arrive later
@@ -144,8 +167,10 @@ def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys)
     flagged = drifted.filter(pl.col("label") == "fraud")
     assert 0 < flagged.height <= 0.1 * drifted.height, flagged.height  # a small share, not none, not a third
     assert flagged["score"].min() > drifted.filter(pl.col("label") != "fraud")["score"].max()  # the day's top
+    assert "may have drifted" in caplog.text  # the day's median sits high among the training reference's
 
     same, _ = score("2025-04-03")
+    assert "may have drifted" not in caplog.text
     truth = dict(pl.read_csv(tmp_path / "d3.csv").iter_rows())
     flagged = same.filter(pl.col("label") == "fraud")["sequence_id"].to_list()
     caught = sum(truth[s] == "fraud" for s in flagged)

@@ -40,7 +40,13 @@ from tqdm.auto import tqdm
 from parsers import objectstore, storage
 from training.serving import tracking
 from training.serving.registry import is_model_uri, resolve_model
-from training.serving.scoring import load_bundle, score_objects, window_threshold
+from training.serving.scoring import (
+    DRIFT_PERCENTILE,
+    load_bundle,
+    reference_percentile,
+    score_objects,
+    window_threshold,
+)
 from training.tasks.buckets import sequence_chunks
 from training.tasks.kinds import get_kind
 from training.tasks.table_task import example_objects
@@ -93,6 +99,8 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
                                                                    chunk_sequences))
             if predictions.is_empty():
                 log.warning("%s: no objects of source %s on %s", data_root, source, day)
+            if "drift_warning" in flags:
+                log.warning("scored %s %s: %s", source, day, flags["drift_warning"])
             path = objectstore.as_path(out_dir) / f"date={day}" / "part-0.parquet"  # s3:// too
             storage.write_parquet_atomic(predictions, path)
             summary = summarize(predictions, _reported_labels(bundle.model.config, predictions)) | flags
@@ -176,8 +184,18 @@ def _flag_window(bundle, predictions: pl.DataFrame) -> tuple[pl.DataFrame, dict]
         predictions = predictions.with_columns(label=pl.when(pl.col("score") >= threshold).then(pl.lit(positive))
                                                .otherwise(pl.lit(negative)))
     flagged = int((predictions["label"] == positive).sum())
-    return predictions, {"flagged": flagged, "flagged_share": flagged / predictions.height if predictions.height else 0.0,
-                         "threshold": threshold, "threshold_rule": why}
+    report = {"flagged": flagged, "flagged_share": flagged / predictions.height if predictions.height else 0.0,
+              "threshold": threshold, "threshold_rule": why}
+    percentile = reference_percentile(bundle.meta, predictions["score"].to_numpy())
+    if percentile is not None:  # an anomaly bundle: how far the day's scores sit from the training reference's
+        report["reference_percentile"] = percentile
+        if percentile >= DRIFT_PERCENTILE:
+            report["drift_warning"] = (
+                f"the day's median score sits at the training reference's {percentile:.0f}th percentile (about "
+                "the 50th for data like the training's): its values may have drifted, so what is flagged may be "
+                "the drift rather than single sequences; retrain on recent days, or give the task a "
+                "contamination share")
+    return predictions, report
 
 
 def summarize(predictions: pl.DataFrame, class_names: list[str]) -> dict:
@@ -211,7 +229,7 @@ def _log_run(summary: dict, predictions: pl.DataFrame, store_dir) -> str:
         mlflow.log_params({"model_uri": summary["model_uri"], "model_version": summary["model_version"],
                            "date": summary["date"], "source": summary["source"]})
         metrics = {k: summary[k] for k in ("sequences", "score_mean", "score_p50", "score_p90", "score_p99", "flagged",
-                                           "flagged_share", "threshold") if k in summary}
+                                           "flagged_share", "threshold", "reference_percentile") if k in summary}
         metrics.update({f"label_count/{c}": v for c, v in summary["label_count"].items()})
         metrics.update({f"label_share/{c}": v for c, v in summary["label_share"].items()})
         mlflow.log_metrics({tracking.mlflow_key(k): float(v) for k, v in metrics.items()})
