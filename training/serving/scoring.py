@@ -202,7 +202,7 @@ def reference_percentile(meta: dict, scores: np.ndarray) -> float | None:
     ranked fraud below chance (ROC AUC 0.45) and the label-free rule flagged 17 % -- drifted
     normal sessions; the day's median sat at the reference's 95th percentile (100th when trained
     on normal sessions only; 87th for the tiny model of tests/test_window_threshold.py), against
-    20-50 on undrifted days. A flagged share then says more about the drift than about single
+    20 and 40 on the undrifted second day of a print-job trial (docs/training.md, "Small days"). A flagged share then says more about the drift than about single
     sequences, and ``seqenc score`` says so. ``DRIFT_PERCENTILE`` is a warning level, not a tuned
     constant: a day like the reference sits at 50 give or take 100 * sqrt(0.25 / n) for a reference of
     n scores (11 at n = 20, 6.5 at 60, 3.5 at 200), so 80 is 2.7 or more such errors above it."""
