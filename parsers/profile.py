@@ -15,6 +15,7 @@ objects (:func:`profile_source`):
 * ``numeric``: at least 95 % of its values parse as numbers (numeric bins, seqenc.numeric, can
   read them); ``examples``: a few of its most common values.
 
+A source cut into fewer than ``FEW_SEQUENCES`` sequences gets a ``note`` (:func:`few_sequences_note`).
 training.tasks.starter turns a profile into a starter task for the catalogue.
 """
 
@@ -33,10 +34,12 @@ MIN_DISTINCT = 20
 UNIQUE_RATIO = 0.5
 NUMERIC_SHARE = 0.95
 N_EXAMPLES = 3
+FEW_SEQUENCES = 50  # fewer: the profile's note says so (few_sequences_note)
+SUGGESTED_WINDOWS = 200  # the note's log window cuts the time span into about this many
 
 
 def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
-    """``{"source", "sequences", "objects", "labels": {class: n}, "keys": [per-key dict, ...]}``
+    """``{"source", "sequences", "objects", "labels": {class: n}, "keys": [per-key dict, ...], "note"}``
     (module docstring), keys sorted by share then name."""
     objects = storage.read_objects(root, source, ingest_date)
     if objects.height == 0:
@@ -74,8 +77,31 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
     labels = labels.join(objects.select("sequence_id").unique(), on="sequence_id", how="semi")
     counts = dict(labels.group_by("label").len().sort("label").iter_rows())
     is_logs = objects["template_id"].drop_nulls().len() > 0
-    return {"source": source, "kind": "logs" if is_logs else "events", "sequences": n_sequences,
-            "objects": n_objects, "labels": counts, "keys": keys}
+    out = {"source": source, "kind": "logs" if is_logs else "events", "sequences": n_sequences,
+           "objects": n_objects, "labels": counts, "keys": keys}
+    return out | {"note": few_sequences_note(out, objects)}
+
+
+def few_sequences_note(profile: dict, objects: pl.DataFrame) -> str | None:
+    """A line for a source cut into fewer than ``FEW_SEQUENCES`` sequences (None otherwise): a model
+    learns from hundreds and a split needs three. For logs it suggests a ``window`` that would cut
+    the ingested time span into about ``SUGGESTED_WINDOWS`` windows (more where the ingest also
+    splits by node or session).
+    Why: Android_2k, Hadoop_2k, OpenStack_2k and Spark_2k span minutes, so the README's ``window =
+    600`` made one sequence each, and training stopped on scikit-learn's words about ``n_samples=1``."""
+    n = profile["sequences"]
+    if n >= FEW_SEQUENCES:
+        return None
+    note = (f"only {n} sequence(s): a model learns from hundreds (a task's split needs at least 3); cut the "
+            "data into more sequences or ingest more")
+    ts = objects["ts"].drop_nulls()
+    if profile["kind"] == "logs" and ts.len() > 1:
+        span = (ts.max() - ts.min()).total_seconds()
+        if span > 0:
+            window = max(1, int(round(span / SUGGESTED_WINDOWS)))
+            note += (f" (its lines span {span:,.0f} s: window = {window} in the source's catalogue entry makes "
+                     f"about {SUGGESTED_WINDOWS} windows)")
+    return note
 
 
 def profile_table(profile: dict) -> str:
@@ -88,4 +114,6 @@ def profile_table(profile: dict) -> str:
         flags = ",".join(name for name in ("unique_per_object", "unique_per_sequence", "numeric") if k[name])
         lines.append(f"{k['key'][:28]:<28} {k['distinct']:>9} {k['share']:>6.2f} {k['per_sequence']:>8.1f}  "
                      f"{flags:<26} {' | '.join(k['examples'])[:60]}")
+    if profile.get("note"):
+        lines.append(f"note: {profile['note']}")
     return "\n".join(lines)

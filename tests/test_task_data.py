@@ -78,3 +78,31 @@ def test_grouped_and_fixed_splits_keep_a_group_in_one_split():
     assert again != other  # seeded
     with pytest.raises(ValueError, match="group"):
         assign_splits(ids, np.zeros(200, dtype=np.int64), "grouped", 0, task)
+
+
+def test_too_few_sequences_to_split_get_a_clear_error():
+    """A log cut into one window (Android_2k spans 150 s; window = 600) stopped on scikit-learn's
+    words about n_samples=1; now the error says what to change. Three split fine."""
+    import numpy as np
+
+    from training.tasks.task_data import MIN_SPLIT_SEQUENCES, assign_splits
+
+    task = Task(source="app1", kind="anomaly")
+    for n in range(1, MIN_SPLIT_SEQUENCES):
+        with pytest.raises(ValueError, match=f"holds {n} sequence.*shorter `window`"):
+            assign_splits([f"s{i}" for i in range(n)], np.zeros(n, dtype=np.int64), "stratified", 0, task)
+    got = assign_splits(["a", "b", "c"], np.zeros(3, dtype=np.int64), "stratified", 0, task)
+    assert sorted(got) == ["dev", "test", "train"]
+
+
+def test_the_profile_notes_a_source_cut_into_few_sequences():
+    import datetime as dt
+
+    from parsers.profile import FEW_SEQUENCES, SUGGESTED_WINDOWS, few_sequences_note
+
+    start = dt.datetime(2026, 1, 1)
+    logs = pl.DataFrame({"ts": [start, start + dt.timedelta(seconds=1000)]})
+    note = few_sequences_note({"kind": "logs", "sequences": 1}, logs)
+    assert "only 1 sequence" in note and f"window = {round(1000 / SUGGESTED_WINDOWS)} " in note
+    assert "window =" not in few_sequences_note({"kind": "events", "sequences": 1}, logs)  # events: no window
+    assert few_sequences_note({"kind": "logs", "sequences": FEW_SEQUENCES}, logs) is None

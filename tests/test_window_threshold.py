@@ -39,9 +39,9 @@ def test_a_window_threshold_follows_the_window_not_the_training():
     """Scores of a new stream all sit below the trained threshold: the trained one flags nothing,
     the window's rules flag its outliers (or its top share)."""
     rng = np.random.default_rng(0)
-    logits = np.concatenate([rng.normal(-10, 0.5, 950), rng.normal(-2, 0.3, 50)])  # 5 % far (8 nats) above the rest
+    logits = np.concatenate([rng.normal(1, 0.5, 950), rng.normal(9, 0.3, 50)])  # 5 % far (8 nats) above the rest
     scores = 1 / (1 + np.exp(-logits))
-    trained = {"threshold": 0.9}
+    trained = {"threshold": 0.99999}  # logit 11.5
     assert (scores >= window_threshold(trained, scores)[0]).sum() == 0
     cut, why = window_threshold({**trained, "window_rule": {"rule": "label_free"}}, scores)
     flagged = scores >= cut
@@ -53,7 +53,7 @@ def test_a_window_threshold_follows_the_window_not_the_training():
     assert (tied >= cut).sum() == 20  # the top half is asked for; the tied block is not flagged whole
     small = scores[:WINDOW_MIN - 1]  # too few to read a distribution, and no reference kept: the trained threshold
     assert window_threshold({**trained, "window_rule": {"rule": "label_free"}}, small) == \
-        (0.9, f"the threshold fitted at training (fewer than {WINDOW_MIN} sequences scored)")
+        (0.99999, f"the threshold fitted at training (fewer than {WINDOW_MIN} sequences scored)")
 
 
 def test_a_small_window_is_judged_beside_the_training_reference():
@@ -61,13 +61,13 @@ def test_a_small_window_is_judged_beside_the_training_reference():
     reference's scores and the rule reads the day with them (HealthApp_2k: 18 windows, whose
     trained threshold from 4 reference scores flagged a third of them)."""
     rng = np.random.default_rng(1)
-    reference = 1 / (1 + np.exp(-np.concatenate([rng.normal(-10, 0.5, 950), rng.normal(-2, 0.3, 50)])))
+    reference = 1 / (1 + np.exp(-np.concatenate([rng.normal(1, 0.5, 950), rng.normal(9, 0.3, 50)])))
     kept = reference_scores(np.concatenate([reference, [np.nan]]))  # a rank's unscored row is left out
     assert len(kept) == REFERENCE_KEEP and kept == sorted(kept) and kept[0] == reference.min() \
         and kept[-1] == reference.max()
     assert reference_scores(reference[:3]) == sorted(reference[:3].tolist())  # a small reference: all of it
-    day = 1 / (1 + np.exp(-np.array([-10.2, -9.8, -10.1, -9.9, -10.0, -10.3, -9.7, -10.0, -2.0])))
-    meta = {"threshold": 0.5 / (1 + np.exp(10)), "window_rule": {"rule": "label_free"}}  # trained: flags all 9
+    day = 1 / (1 + np.exp(-np.array([0.8, 1.2, 0.9, 1.1, 1.0, 0.7, 1.3, 1.0, 9.0])))
+    meta = {"threshold": 1 / (1 + np.exp(1)), "window_rule": {"rule": "label_free"}}  # trained: flags all 9
     cut, why = window_threshold({**meta, "reference_scores": kept}, day)
     assert (day >= cut).tolist() == [False] * 8 + [True]  # only the one far above the rest
     assert f"the window's 9 scores and the training reference's {REFERENCE_KEEP}" in why

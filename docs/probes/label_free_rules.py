@@ -97,8 +97,16 @@ def floored(floor: float):  # the MAD, never below ``floor`` nats (the rule adop
     return rule
 
 
+def clamped(floor: float):  # as ``floored``, on the scores clamped at 0 (-log of a tail probability is >= 0)
+    def rule(x):
+        median, s = spread_mad(np.maximum(x, 0.0))
+        return max(median + 3.5 * max(s, floor), 0.0)
+    return rule
+
+
 RULES = {"MAD alone (before)": mad_alone, "MAD above the block": above_block, "upper deviations": upper_deviations,
-         "Tukey far-out": tukey_far, **{f"MAD, floor {f}": floored(f) for f in (0.5, 0.713, 1.0, 1.5, 2.0, 3.0)}}
+         "Tukey far-out": tukey_far, **{f"MAD, floor {f}": floored(f) for f in (0.5, 0.713, 1.0, 1.5, 2.0, 3.0)},
+         **{f"clamped at 0, floor {f}": clamped(f) for f in (1.0, 1.5, 2.0)}}
 
 
 def rules(out: Path, predictions: list[str]) -> None:

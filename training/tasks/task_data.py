@@ -176,6 +176,7 @@ def label_vector(sequence_ids: list[str], labels: pl.DataFrame, classes: list[st
 
 
 SPLIT_NAMES = ("train", "dev", "test")
+MIN_SPLIT_SEQUENCES = 3  # one each for train, dev and test
 
 
 def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int, task: Task,
@@ -192,6 +193,12 @@ def assign_splits(sequence_ids: list[str], y: np.ndarray, split: str, seed: int,
     ``given`` (``sequence_id, group``: the task's split_key values): a sequence with one keeps
     that split; when any is given, the others' test share goes to train -- the test set is the
     given one (an official test split), and no sequence is tested twice."""
+    if len(sequence_ids) < MIN_SPLIT_SEQUENCES:  # before scikit-learn's split says it in its own words
+        raise ValueError(
+            f"source {task.source!r} holds {len(sequence_ids)} sequence(s) for this task: too few to split into "
+            f"train, dev and test (at least {MIN_SPLIT_SEQUENCES}; a model learns from hundreds). Cut the data into "
+            "more sequences (logs: a shorter `window` in the source's catalogue entry; events: a finer session "
+            "field) or ingest more; `seqenc profile` counts them")
     out = _assign_splits(sequence_ids, y, split, seed, task, objects, groups)
     if given is None or given.height == 0:
         return out
