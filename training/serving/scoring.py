@@ -170,7 +170,8 @@ def window_rule(task) -> dict | None:
     * a ``quantile`` policy (a clean reference the user declared): None, the trained threshold;
     * no threshold given: ``label_free``, a modified z-score above 3.5 among the window's scores
       (training.engine.unlabelled.label_free_threshold: median and MAD, robust to the anomalies in it,
-      the spread at least 1.5 nats so a tight block of unsurprising scores does not set it).
+      scores below 0 read as 0 and the spread at least 1.5 nats, so neither the tail line's
+      extrapolation nor a tight block of unsurprising scores sets it).
 
     None for every other kind (their threshold is fitted on labels)."""
     if task.kind != "anomaly":
