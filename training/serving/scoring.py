@@ -193,6 +193,11 @@ def reference_scores(probs: np.ndarray) -> list[float]:
     return [float(p) for p in probs]
 
 
+def _kept_reference(meta: dict) -> np.ndarray:
+    """The bundle's ``reference_scores`` (:func:`reference_scores`); empty for a bundle without them."""
+    return np.asarray(meta.get("reference_scores") or [], dtype=np.float64)
+
+
 def reference_percentile(meta: dict, scores: np.ndarray) -> float | None:
     """Where a scored day's median score sits among the training reference's scores, as a percentile
     (mid-rank: ties count half): about 50 for a day like the data the model was trained on, near
@@ -203,11 +208,12 @@ def reference_percentile(meta: dict, scores: np.ndarray) -> float | None:
     ranked fraud below chance (ROC AUC 0.45) and the label-free rule flagged 17 % -- drifted
     normal sessions; the day's median sat at the reference's 95th percentile (100th when trained
     on normal sessions only; 87th for the tiny model of tests/test_window_threshold.py), against
-    20 and 40 on the undrifted second day of a print-job trial (docs/training.md, "Small days"). A flagged share then says more about the drift than about single
-    sequences, and ``seqenc score`` says so. ``DRIFT_PERCENTILE`` is a warning level, not a tuned
+    20 and 40 on the undrifted second day of a print-job trial (docs/training.md, "Small days").
+    A flagged share then says more about the drift than about single sequences, and ``seqenc
+    score`` says so. ``DRIFT_PERCENTILE`` is a warning level, not a tuned
     constant: a day like the reference sits at 50 give or take 100 * sqrt(0.25 / n) for a reference of
     n scores (11 at n = 20, 6.5 at 60, 3.5 at 200), so 80 is 2.7 or more such errors above it."""
-    reference = np.asarray(meta.get("reference_scores") or [], dtype=np.float64)
+    reference = _kept_reference(meta)
     scores = np.asarray(scores, dtype=np.float64)
     if len(reference) < WINDOW_MIN or len(scores) < WINDOW_MIN:
         return None
@@ -230,7 +236,7 @@ def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
     scores = np.asarray(scores, dtype=np.float64)
     basis, whose = scores, "the window's scores"
     if rule is not None and len(scores) < WINDOW_MIN:
-        reference = np.asarray(meta.get("reference_scores") or [], dtype=np.float64)
+        reference = _kept_reference(meta)
         basis = np.concatenate([scores, reference])
         whose = f"the window's {len(scores)} scores and the training reference's {len(reference)}"
     if rule is None or len(basis) < WINDOW_MIN:
