@@ -25,7 +25,7 @@ from training.engine.unlabelled import (
     labelled_metrics,
     policy_threshold,
 )
-from training.serving.scoring import load_bundle, save_bundle, score_objects
+from training.serving.scoring import id_hashes, load_bundle, read_in_training, save_bundle, score_objects
 from training.tasks.baselines import pca_detector
 
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
@@ -179,6 +179,17 @@ def test_bundle_scores_with_the_surprise_alone(fitted, tmp_path, monkeypatch):
     np.testing.assert_allclose(scored["score"].to_numpy(), expected, rtol=1e-6, atol=1e-9)
     flagged = scored["prediction"].to_numpy() == "Anomaly"
     np.testing.assert_array_equal(flagged, expected >= result["threshold"])
+
+    # the training split's ids are kept as hashes: a scored day learns how many it holds, nothing else
+    assert read_in_training(directory, test_ids) is None  # saved without them (an older bundle)
+    train_ids = [fitted["data"].sequence_ids[i] for i in splits["train"]]
+    kept = save_bundle(fitted["model"], fitted["tok"], meta, tmp_path / "bundle", trained_ids=train_ids)
+    assert read_in_training(kept, test_ids) == 0 and read_in_training(kept, []) == 0
+    assert read_in_training(kept, train_ids[:7] + test_ids) == 7
+    assert read_in_training(kept, [f"x-{s}" for s in train_ids]) == 0
+    held = (kept / "train_sequences.safetensors").read_bytes()
+    assert not any(s.encode() in held for s in train_ids)  # no id in clear
+    assert len(id_hashes(train_ids + train_ids)) == len(train_ids)
 
 
 def test_resume_continues_to_the_same_scores(fitted, tmp_path):

@@ -169,8 +169,16 @@ def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys,
     assert flagged["score"].min() > drifted.filter(pl.col("label") != "fraud")["score"].max()  # the day's top
     assert "may have drifted" in caplog.text  # the day's median sits high among the training reference's
 
-    same, _ = score("2025-04-03")
+    same, out = score("2025-04-03")
     assert "may have drifted" not in caplog.text
+    assert "in training" not in out and "in-sample" not in caplog.text  # no sequence of a later day was read
+
+    # the training day: the sequences of its training split are scored in-sample, and the run says so
+    trained = pl.read_parquet(work / "sequences" / "checkout_watch" / "splits.parquet").filter(pl.col("split") == "train")
+    first, out = score("2025-04-01")
+    assert 0 < trained.height < first.height
+    assert f"; {trained.height} of them in training (in-sample)" in out
+    assert f"{trained.height} of {first.height} sequences were in the model's training split" in caplog.text
     truth = dict(pl.read_csv(tmp_path / "d3.csv").iter_rows())
     flagged = same.filter(pl.col("label") == "fraud")["sequence_id"].to_list()
     caught = sum(truth[s] == "fraud" for s in flagged)

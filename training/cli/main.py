@@ -159,15 +159,17 @@ def cmd_train(args) -> int:
         result = run_train(args.workdir, task, size=args.size, seed=args.seed, mode=args.mode, config=config,
                            pretrained=args.pretrained, pretrained_layers=args.pretrained_layers,
                            progress=not args.no_progress, data_root=args.root)
-    from training.engine.deepspeed_engine import finish_distributed
+    from training.engine.deepspeed_engine import exit_rank, finish_distributed
 
-    finish_distributed()  # data-parallel ranks leave their process group together (a no-op otherwise)
+    several = finish_distributed()  # data-parallel ranks leave their process group together (a no-op otherwise)
     print(json.dumps({k: result[k] for k in ("metrics", "run_id", "model_dir", "job_dir", "data_parallel")
                       if k in result}, indent=2))
     if result.get("tracking_uri"):  # rank 0 (other data-parallel ranks log nothing)
         from training.serving.tracking import ui_command
 
         print(f"MLflow UI: {ui_command(result['tracking_uri'])}")
+    if several:
+        exit_rank(0)  # one rank of several: no interpreter teardown (training.engine.deepspeed_engine)
     return 0
 
 
@@ -224,8 +226,9 @@ def cmd_score(args) -> int:
     for day in result["dates"]:
         flagged = (f"; flagged {day['flagged']} ({day['flagged_share']:.1%}) by {day['threshold_rule']}"
                    if "flagged" in day else "")
+        in_sample = f"; {day['read_in_training']} of them in training (in-sample)" if day.get("read_in_training") else ""
         print(f"{day['date']}: scored {day['sequences']} sequences of {result['source']} with "
-              f"{result['model_uri']}{version} -> {day['predictions']}{flagged}")
+              f"{result['model_uri']}{version} -> {day['predictions']}{flagged}{in_sample}")
     return 0
 
 

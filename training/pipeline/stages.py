@@ -348,7 +348,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
             metadata["reference_scores"] = reference_scores(result["probs"][trainer.reference, 1])
         if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way
             metadata["surprise"] = trainer.surprise.to_dict()
-        bundle = save_bundle(model, tok, metadata, out / "bundle")
+        trained_ids = split_df.filter(pl.col("split") == "train")["sequence_id"]  # a scored day says which it read
+        bundle = save_bundle(model, tok, metadata, out / "bundle", trained_ids=trained_ids)
         _plots(plots, task_name, spec.model_task, classes, y, splits, result, trainer.history)
         metrics = {"dev": result["dev"], "test": result["test"], "threshold": result["threshold"],
                    "seconds": result["seconds"], "best_step": result["best_step"]}  # best_step: keep_best's

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
 from pathlib import Path
 
@@ -43,6 +44,7 @@ from training.serving.registry import is_model_uri, resolve_model
 from training.serving.scoring import (
     DRIFT_PERCENTILE,
     load_bundle,
+    read_in_training,
     reference_percentile,
     score_objects,
     window_threshold,
@@ -86,7 +88,8 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
         tracking.use_store(tracking_dir or out_dir)
     with tempfile.TemporaryDirectory(prefix="seqenc-score-") as tmp:
         resolved = resolve_model(model, tmp)
-        bundle = load_bundle(resolved.bundle, device)  # any training mode's model (training.serving.scoring)
+        directory = os.path.realpath(resolved.bundle)  # one version for the model and its training ids
+        bundle = load_bundle(directory, device)  # any training mode's model (training.serving.scoring)
         source = _source_of(bundle.meta, source)
         dates = [storage.ingest_date_str(d) for d in dates] if dates else storage.ingest_dates(data_root, source)
         if not dates:
@@ -99,8 +102,10 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
                                                                    chunk_sequences))
             if predictions.is_empty():
                 log.warning("%s: no objects of source %s on %s", data_root, source, day)
-            if "drift_warning" in flags:
-                log.warning("scored %s %s: %s", source, day, flags["drift_warning"])
+            flags |= _training_overlap(directory, predictions)
+            for warning in ("drift_warning", "in_sample_warning"):
+                if warning in flags:
+                    log.warning("scored %s %s: %s", source, day, flags[warning])
             path = objectstore.as_path(out_dir) / f"date={day}" / "part-0.parquet"  # s3:// too
             storage.write_parquet_atomic(predictions, path)
             summary = summarize(predictions, _reported_labels(bundle.model.config, predictions)) | flags
@@ -198,6 +203,23 @@ def _flag_window(bundle, predictions: pl.DataFrame) -> tuple[pl.DataFrame, dict]
     return predictions, report
 
 
+def _training_overlap(directory: str, predictions: pl.DataFrame) -> dict:
+    """``read_in_training`` (how many of the day's sequences were in the model's training split,
+    training.serving.scoring.read_in_training) and its share, with a warning when any were: their
+    scores are in-sample. {} for a bundle saved without its training ids."""
+    count = read_in_training(directory, predictions["sequence_id"].to_list())
+    if count is None:
+        return {}
+    report = {"read_in_training": count,
+              "read_in_training_share": count / predictions.height if predictions.height else 0.0}
+    if count:
+        report["in_sample_warning"] = (
+            f"{count} of {predictions.height} sequences were in the model's training split: their scores are "
+            "in-sample (an anomaly the model trained on looks less surprising than a new one; a labelled "
+            "sequence was fitted), so judge the model on days after its training data")
+    return report
+
+
 def summarize(predictions: pl.DataFrame, class_names: list[str]) -> dict:
     """Counts per predicted label and the score distribution of one scored date."""
     n = predictions.height
@@ -229,7 +251,8 @@ def _log_run(summary: dict, predictions: pl.DataFrame, store_dir) -> str:
         mlflow.log_params({"model_uri": summary["model_uri"], "model_version": summary["model_version"],
                            "date": summary["date"], "source": summary["source"]})
         metrics = {k: summary[k] for k in ("sequences", "score_mean", "score_p50", "score_p90", "score_p99", "flagged",
-                                           "flagged_share", "threshold", "reference_percentile") if k in summary}
+                                           "flagged_share", "threshold", "reference_percentile",
+                                           "read_in_training", "read_in_training_share") if k in summary}
         metrics.update({f"label_count/{c}": v for c, v in summary["label_count"].items()})
         metrics.update({f"label_share/{c}": v for c, v in summary["label_share"].items()})
         mlflow.log_metrics({tracking.mlflow_key(k): float(v) for k, v in metrics.items()})
