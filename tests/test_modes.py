@@ -111,8 +111,53 @@ def test_keep_best_scores_and_saves_the_best_dev_evaluation_and_resumes_exactly(
     assert resumed["metrics"]["test"] == result["metrics"]["test"]
 
 
+def test_the_weight_average_is_the_final_model_and_leaves_training_alone(prepared, tmp_path, monkeypatch):
+    """ema_decay (TrainConfig): the saved model is the exponential moving average of the weights
+    after each task update, computed here from those weights; training itself follows the raw
+    weights (the same last raw weights as without it); a resumed run ends on the same average."""
+    import torch
+
+    from training.engine.end_to_end import EndToEndTrainer
+
+    runs = {name: tmp_path / name for name in ("plain", "averaged", "killed")}
+    for work in runs.values():
+        shutil.copytree(prepared, work)
+    overrides = {**STEPS, "lr_task": 3e-3, "checkpoint_every": 3}
+    plain = pipeline.stage_train(str(runs["plain"]), "anomaly", "tiny", progress=False, mode="flattened",
+                                 train_overrides=overrides)
+    seen, update_ema = [], EndToEndTrainer.update_ema
+
+    def record(self):  # the raw weights after each task update, then the average's own step
+        seen.append({k: v.detach().clone() for k, v in self.model.state_dict().items()})
+        update_ema(self)
+
+    monkeypatch.setattr(EndToEndTrainer, "update_ema", record)
+    averaged = {**overrides, "ema_decay": 0.5}
+    result = pipeline.stage_train(str(runs["averaged"]), "anomaly", "tiny", progress=False, mode="flattened",
+                                  train_overrides=averaged)
+    assert len(seen) == STEPS["task_steps"]
+    expected = dict(seen[0])
+    for weights in seen[1:]:
+        expected = {k: 0.5 * expected[k] + 0.5 * v if v.is_floating_point() else v for k, v in weights.items()}
+    saved = FlattenedEncoder.from_pretrained(result["model_dir"]).state_dict()
+    assert all(torch.allclose(saved[k].float(), v.float(), atol=1e-6) for k, v in expected.items())
+    last_raw = FlattenedEncoder.from_pretrained(plain["model_dir"]).state_dict()  # no average: the last update's
+    assert all(torch.equal(last_raw[k], v) for k, v in seen[-1].items())  # evaluations left the raw weights be
+    assert any(not torch.allclose(saved[k], v) for k, v in seen[-1].items() if v.is_floating_point())
+    assert result["metrics"]["test"] != plain["metrics"]["test"] or result["metrics"]["dev"] != plain["metrics"]["dev"]
+
+    monkeypatch.setattr(EndToEndTrainer, "update_ema", update_ema)
+    resumed = pipeline.resume_train(train_until_killed(runs["killed"], averaged, at_step=7), progress=False)
+    assert resumed["metrics"]["test"] == result["metrics"]["test"]
+    assert resumed["metrics"]["dev"] == result["metrics"]["dev"]
+
+
 def test_keep_best_is_refused_where_caches_would_not_match_the_weights():
     from training.engine.trainer import TrainConfig
 
     with pytest.raises(ValueError, match="keep_best is for the end-to-end modes"):
         TrainConfig(mode="interleaved", keep_best=True)
+    with pytest.raises(ValueError, match="ema_decay=0.9 must be in"):
+        TrainConfig(mode="interleaved", ema_decay=0.9)
+    with pytest.raises(ValueError, match="ema_decay=1.0 must be in"):
+        TrainConfig(mode="flattened", ema_decay=1.0)

@@ -23,6 +23,8 @@ KA's task loss.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import numpy as np
 import polars as pl
 import torch
@@ -78,6 +80,40 @@ class EndToEndTrainer(PhasedTrainer):
                                              cfg.grad_clip, cfg.deepspeed)}
         self.weights = class_weights(y[splits["train"]], n_classes, task)
         self.rng = np.random.default_rng(cfg.seed)
+        self.ema: dict[str, torch.Tensor] | None = None  # ema_decay: the averaged weights, from the first task update
+
+    def update_ema(self) -> None:
+        """After a task update: average <- decay * average + (1 - decay) * weights (floating-point
+        entries of the state dict; others, e.g. counters, follow the weights)."""
+        if not self.cfg.ema_decay:
+            return
+        state = self.model.state_dict()
+        if self.ema is None:
+            self.ema = {k: v.detach().clone() for k, v in state.items()}
+            return
+        with torch.no_grad():
+            for k, v in state.items():
+                if v.is_floating_point():
+                    self.ema[k].lerp_(v.detach(), 1.0 - self.cfg.ema_decay)
+                else:
+                    self.ema[k].copy_(v)
+
+    @contextmanager
+    def averaged(self):
+        """The model holds the averaged weights inside (none yet: unchanged), its own after."""
+        if self.ema is None:
+            yield
+            return
+        own = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(self.ema)
+        try:
+            yield
+        finally:
+            self.model.load_state_dict(own)
+
+    def log_dev(self, round_no: int) -> dict:
+        with self.averaged():  # keep_best then keeps the averaged weights
+            return super().log_dev(round_no)
 
     def run_phase(self, kind: str, round_no: int, steps: int) -> dict | None:
         if kind == "table_pretrain":
@@ -87,6 +123,8 @@ class EndToEndTrainer(PhasedTrainer):
         elif kind == "eval":
             return self.log_dev(round_no)
         elif kind == "final":
+            if self.ema is not None and self.best is None:  # without keep_best the average is the final model
+                self.model.load_state_dict(self.ema)
             return self.evaluate()
         return None
 
@@ -110,7 +148,8 @@ class EndToEndTrainer(PhasedTrainer):
                 loss = F.cross_entropy(self.model(*inputs), labels, weight=weights)
                 engine.backward(loss / self.cfg.grad_accum)
                 loss_sum += loss.item() / self.cfg.grad_accum
-            self.update(engine, {"train/task_loss": loss_sum}, after=lambda: self.maybe_eval(steps, round_no))
+            self.update(engine, {"train/task_loss": loss_sum},
+                        after=lambda: (self.update_ema(), self.maybe_eval(steps, round_no)))
 
     def lookup_steps(self, steps: int) -> None:
         """Intermediate pre-training: the lookup head on statements from the train tables, stage
@@ -128,9 +167,12 @@ class EndToEndTrainer(PhasedTrainer):
             self.update(engine, {"train/lookup_loss": loss.item()})
 
     def extra_state(self) -> dict:
-        return {"lookup_rng": self.curriculum.rng.getstate()} if self.curriculum is not None else {}
+        state = {"lookup_rng": self.curriculum.rng.getstate()} if self.curriculum is not None else {}
+        return state | ({"ema": self.ema} if self.ema is not None else {})
 
     def load_extra_state(self, state: dict) -> None:
+        ema = state.get("ema")  # read back on the CPU: beside the weights it averages
+        self.ema = {k: v.to(self.model.state_dict()[k].device) for k, v in ema.items()} if ema is not None else None
         if self.curriculum is not None and "lookup_rng" in state:
             version, internal, gauss = state["lookup_rng"]
             self.curriculum.rng.setstate((version, tuple(internal), gauss))

@@ -89,6 +89,10 @@ class TrainConfig:
     # end-to-end modes: the final model (scored, saved) is the weights of the best dev evaluation
     # (training.engine.phased), not the last update's -- early stopping by dev, as HF's load_best_model_at_end
     keep_best: bool = False
+    # end-to-end modes: an exponential moving average of the weights over the task updates
+    # (Polyak averaging; 0: off). Dev evaluations, keep_best and the final model read the average,
+    # training goes on from the raw weights (training.engine.end_to_end)
+    ema_decay: float = 0.0
     checkpoint_every: int = 0  # global steps between checkpoints (0: phase boundaries only)
     deepspeed: str | dict | None = None  # a DeepSpeed config (path or dict): train under DeepSpeed
     task_steps: int = 0  # end-to-end modes: updates in all (0: as many as the interleaved run makes)
@@ -119,6 +123,9 @@ class TrainConfig:
             raise ValueError(f"mlm_mask_unit {self.mlm_mask_unit!r} is not one of {MASK_UNITS}")
         if self.mlm_sequences not in MLM_SEQUENCES:
             raise ValueError(f"mlm_sequences {self.mlm_sequences!r} is not one of {MLM_SEQUENCES}")
+        if not 0.0 <= self.ema_decay < 1.0 or (self.ema_decay and self.mode not in END_TO_END):
+            raise ValueError(f"ema_decay={self.ema_decay} must be in [0, 1), and non-zero only in the end-to-end "
+                             f"modes {END_TO_END} (mode {self.mode!r})")
         if self.keep_best and self.mode not in END_TO_END:
             raise ValueError(f"keep_best is for the end-to-end modes {END_TO_END}: mode {self.mode!r} scores with "
                              "caches (KRs) that the weights of an earlier evaluation no longer match")
