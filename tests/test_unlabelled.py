@@ -287,8 +287,10 @@ def test_bench_rows_and_mode_names(tmp_path):
     assert all(f"dev_f1_at_share_{s}" in rows["unlabelled"] for s in SHARE_GRID)
     assert rows["unlabelled"]["robust_share"] in SHARE_GRID and "robust_q" in rows["unlabelled+normal"]
     assert 0 <= rows["unlabelled"]["roc_auc"] <= 1
-    for mode in ("unlabelled", "unlabelled+normal"):  # beside the dev-labelled constant, one no label chose
-        assert rows[mode]["label_free_rule"].startswith("modified z-score > 3.5")
+    # beside the dev-labelled constant, one no label chose: what a task gets without a threshold
+    assert rows["unlabelled"]["label_free_rule"].startswith("modified z-score > 3.5")
+    assert rows["unlabelled+normal"]["label_free_rule"].startswith("the 0.99 quantile of the clean reference")
+    for mode in ("unlabelled", "unlabelled+normal"):
         assert 0 <= rows[mode]["f1_label_free"] <= 1 and 0 <= rows[mode]["dev_f1_label_free"] <= 1
     assert described["hdfs"]["thresholds"]["unlabelled"] == {"policy": "contamination", "share": 0.3}
     assert described["hdfs"]["unlabelled_settings"]["train"]["mlm_mask_unit"] == "value"

@@ -32,6 +32,11 @@ def test_the_window_rule_follows_the_catalogue():
     assert window_rule(given) == {"rule": "contamination", "share": 0.08}
     clean = Task(source="s", kind="anomaly", threshold=Threshold(policy="quantile", q=0.99))
     assert window_rule(clean) is None  # a clean reference the user declared: the trained threshold
+    normal = Task(source="s", kind="anomaly", positive="alert", train_on="normal")  # a clean reference by default
+    assert normal.threshold_policy() == {"policy": "quantile", "q": 0.99} and window_rule(normal) is None
+    declared = Task(source="s", kind="anomaly", positive="alert", train_on="normal",
+                    threshold=Threshold(policy="contamination", share=0.02))
+    assert window_rule(declared) == {"rule": "contamination", "share": 0.02}
     assert window_rule(Task(source="s", kind="binary", positive="x")) is None
 
 

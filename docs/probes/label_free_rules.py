@@ -15,6 +15,8 @@ Two steps, run from the repository root (the data: ../shared/data):
     #    sets it on a scored day), per row and on the mean over the rows; PREDICTIONS: optional
     #    `seqenc score` outputs (parquet) whose flagged share is printed too
     python docs/probes/label_free_rules.py rules OUT [PREDICTIONS ...]
+    # 3. the +normal rows only (a clean reference): the rule against quantiles of the reference
+    python docs/probes/label_free_rules.py clean OUT
 """
 import json
 import sys
@@ -134,8 +136,34 @@ def rules(out: Path, predictions: list[str]) -> None:
         print(path, len(s), " ".join(f"{name}: {np.mean(s > rule(s)):.3f}" for name, rule in RULES.items()))
 
 
+def clean(out: Path) -> None:
+    """The +normal rows (a clean reference: normal dev sequences): the adopted label-free rule
+    against quantiles of the reference's scores, dev F1 and share flagged, mean over seeds, under
+    the bench's policy ("bench": the scorer a quantile policy fits, no trim) and the default's."""
+    from training.engine.unlabelled import label_free_threshold, quantile_cut
+
+    cuts = {"modified z": label_free_threshold, **{f"q {q}": (lambda r, q=q: quantile_cut(r, q))
+                                                  for q in (0.95, 0.98, 0.99, 0.995, 0.999)}}
+    table: dict[str, list] = {}
+    for f in sorted(out.glob("*unlabelled+normal-*.npz")):
+        z, tag = np.load(f), f.stem.rsplit("-", 1)[0]
+        for policy in ("bench", "default"):
+            p, y, dev = z[policy], z["y"], z["dev"]
+            table.setdefault(f"{tag} {policy}", []).append(
+                [(f1_score(y[dev], p[dev] >= cut(p[z["reference"]])), np.mean(p[dev] >= cut(p[z["reference"]])))
+                 for cut in cuts.values()])
+    print(f"{'row (mean over seeds): F1 (share)':44s}" + "".join(f"{name:>16s}" for name in cuts))
+    for row, v in table.items():
+        v = np.mean(v, axis=0)
+        print(f"{row:44s}" + "".join(f"{f1:9.3f} ({share:.2f})" for f1, share in v))
+    v = np.mean([np.mean(v, axis=0) for v in table.values()], axis=0)
+    print(f"{'mean over the rows':44s}" + "".join(f"{f1:9.3f} ({share:.2f})" for f1, share in v))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "dump":
+    if sys.argv[1] == "clean":
+        clean(Path(sys.argv[2]))
+    elif sys.argv[1] == "dump":
         dump(sys.argv[2], sys.argv[3], [int(s) for s in sys.argv[4].split(",")], Path(sys.argv[5]), Path(sys.argv[6]),
              json.loads(sys.argv[7]) if len(sys.argv) > 7 else {})
     else:

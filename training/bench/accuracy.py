@@ -75,7 +75,14 @@ from training.engine.modes import MODES as MODE_REGISTRY
 from training.engine.modes import SELECTABLE as MODES_ALL
 from training.engine.sizes import SIZES
 from training.engine.trainer import InterleavedTrainer, TrainConfig
-from training.engine.unlabelled import LABEL_FREE_RULE, UnlabelledTrainer, label_free_threshold, labelled_metrics
+from training.engine.unlabelled import (
+    CLEAN_REFERENCE_RULE,
+    LABEL_FREE_RULE,
+    UnlabelledTrainer,
+    label_free_threshold,
+    labelled_metrics,
+    policy_threshold,
+)
 from training.serving.evaluate import history_rank_scores
 from training.tasks.baselines import always_positive, count_baseline, count_pca, value_count_dataset
 from training.tasks.kinds import KINDS
@@ -274,11 +281,18 @@ def _train_unlabelled(mode: str, ds: LabelledDataset, tok, data, y, splits, size
     row["f1_surprise_only"] = labelled_metrics(y, alone, splits["test"], cut).get("f1")
     row["dev_f1_surprise_only"] = labelled_metrics(y, alone, splits["dev"], cut).get("f1")
     row |= roc_aucs(alone, "_surprise_only")
-    # beside the dev-labelled constant, a threshold no label chose (training.engine.unlabelled)
-    cut = label_free_threshold(final["probs"][trainer.reference, 1])
+    # beside the dev-labelled constant, a threshold no label chose for this dataset: what an anomaly
+    # task gets without one (training.tasks.catalog.Task.threshold_policy) -- the modified z-score on
+    # the reference, or, with a clean reference (+normal), the quantile of its scores the kind names
+    reference = final["probs"][trainer.reference, 1]
+    if normal:
+        clean = KINDS["anomaly"].clean_reference_threshold
+        cut, rule = policy_threshold(reference, clean), CLEAN_REFERENCE_RULE.format(q=clean["q"])
+    else:
+        cut, rule = label_free_threshold(reference), LABEL_FREE_RULE
     row["f1_label_free"] = labelled_metrics(y, final["probs"], splits["test"], cut).get("f1")
     row["dev_f1_label_free"] = labelled_metrics(y, final["probs"], splits["dev"], cut).get("f1")
-    row["label_free_rule"] = LABEL_FREE_RULE
+    row["label_free_rule"] = rule
     return row
 
 

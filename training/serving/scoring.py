@@ -202,7 +202,9 @@ def window_rule(task) -> dict | None:
     nothing was tuned on was ranked well, ROC AUC 0.97, and flagged 0 of 2,000):
 
     * the catalogue's ``contamination`` share, when the task gives one: the top share of the window;
-    * a ``quantile`` policy (a clean reference the user declared): None, the trained threshold;
+    * a ``quantile`` policy -- a clean reference the user declared, or ``train_on = "normal"``'s
+      default (its reference is the normal dev sequences): None, the trained threshold, a quantile
+      of normal scores, which no share of anomalies in a scored day moves;
     * no threshold given: ``label_free``, a modified z-score above 3.5 among the window's scores
       (training.engine.unlabelled.label_free_threshold: median and MAD, robust to the anomalies in it,
       scores below 0 read as 0 and the spread at least 1.5 nats, so neither the tail line's
@@ -211,10 +213,12 @@ def window_rule(task) -> dict | None:
     None for every other kind (their threshold is fitted on labels)."""
     if task.kind != "anomaly":
         return None
+    policy = task.threshold_policy()
+    if policy["policy"] == "quantile":
+        return None
     if task.threshold is None:
         return {"rule": "label_free"}
-    policy = task.threshold.to_dict()
-    return {"rule": "contamination", "share": policy["share"]} if policy["policy"] == "contamination" else None
+    return {"rule": "contamination", "share": policy["share"]}
 
 
 def reference_scores(probs: np.ndarray) -> list[float]:

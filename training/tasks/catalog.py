@@ -208,9 +208,12 @@ class Task(_Strict):
         return self.group_key or (self.table_key if self.table_source else None)
 
     def threshold_policy(self) -> dict:
-        """The declared threshold policy, else the kind's default."""
+        """The declared threshold policy, else the kind's default (for ``train_on = "normal"``, whose
+        reference holds normal sequences only, the kind's ``clean_reference_threshold``)."""
         if self.threshold is not None:
             return self.threshold.to_dict()
+        if self.train_on == "normal" and self.kind_spec.clean_reference_threshold is not None:
+            return dict(self.kind_spec.clean_reference_threshold)
         return dict(self.kind_spec.default_threshold or {})
 
     def ordered_classes(self, labels: list[str]) -> list[str]:
