@@ -16,7 +16,10 @@ atomically and replaces the date's earlier output, so re-scoring a day leaves th
 With a tracking store (``tracking_dir``, or MLFLOW_TRACKING_URI) each scored date is one MLflow
 run in the experiment ``seqenc-scoring`` (tags ``interval`` and ``model_name``): params (model
 URI and version, date, source), metrics (``sequences``, ``label_count/<class>``,
-``label_share/<class>``, ``score_mean`` and ``score_p50/p90/p99``) and a histogram of the
+``label_share/<class>``, ``score_mean`` and ``score_p50/p90/p99``; a binary or anomaly model's
+``flagged``, ``flagged_share``, ``threshold``, and an anomaly model's ``reference_percentile``;
+``read_in_training`` and its share when the bundle keeps its training ids: how many of the day's
+sequences the model trained on, scored in-sample, with a warning) and a histogram of the
 scores as an artifact. Choice: re-scoring a date deletes the earlier run of the same model name
 and date, so the experiment holds one run per scored day, as the Parquet output does.
 
