@@ -48,6 +48,9 @@ def test_a_window_threshold_follows_the_window_not_the_training():
     scores = 1 / (1 + np.exp(-logits))
     trained = {"threshold": 0.99999}  # logit 11.5
     assert (scores >= window_threshold(trained, scores)[0]).sum() == 0
+    clean = {**trained, "window_rule": None, "threshold_policy": {"policy": "quantile", "q": 0.99}}
+    assert window_threshold(clean, scores) == (0.99999, "the threshold fitted at training: the 0.99 quantile of the "
+                                                        "training reference's scores")
     cut, why = window_threshold({**trained, "window_rule": {"rule": "label_free"}}, scores)
     flagged = scores >= cut
     assert flagged[950:].all() and flagged[:950].mean() < 0.01 and "modified z-score" in why

@@ -343,7 +343,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
                     "keep_keys": spec.keep_keys, "event_key": spec.event_key, "item_key": spec.item_key,
                     "table_source": spec.table_source, "table_key": spec.table_key,
                     "mlflow_run_id": run.info.run_id, "best_step": result["best_step"],
-                    "window_rule": window_rule(spec)}  # anomaly: flags per scored window (training.serving.scoring)
+                    "window_rule": window_rule(spec),  # anomaly: flags per scored window (training.serving.scoring)
+                    "threshold_policy": spec.threshold_policy()}  # how training set "threshold"
         if spec.kind == "anomaly":  # a small scored day is judged beside these; a drifted one is told (scoring)
             metadata["reference_scores"] = reference_scores(result["probs"][trainer.reference, 1])
         if getattr(trainer, "surprise", None) is not None:  # seqenc.surprise: scoring combines the same way

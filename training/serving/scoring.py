@@ -279,7 +279,10 @@ def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
         basis = np.concatenate([scores, reference])
         whose = f"the window's {len(scores)} scores and the training reference's {len(reference)}"
     if rule is None or len(basis) < WINDOW_MIN:
-        why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else "")
+        policy = meta.get("threshold_policy") or {}
+        fitted = f": the {policy['q']} quantile of the training reference's scores" \
+            if rule is None and policy.get("policy") == "quantile" else ""
+        why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else fitted)
         return trained, why
     if rule["rule"] == "contamination":
         return quantile_cut(basis, 1.0 - rule["share"]), f"the top {rule['share']} of {whose}"
