@@ -25,7 +25,14 @@ from training.engine.unlabelled import (
     labelled_metrics,
     policy_threshold,
 )
-from training.serving.scoring import id_hashes, load_bundle, read_in_training, save_bundle, score_objects
+from training.serving.scoring import (
+    id_hashes,
+    load_bundle,
+    read_in_training,
+    save_bundle,
+    score_objects,
+    trained_id_hashes,
+)
 from training.tasks.baselines import pca_detector
 
 MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 4, "n_shared_heads": 2, "d_ff": 64, "max_positions": 64,
@@ -181,12 +188,13 @@ def test_bundle_scores_with_the_surprise_alone(fitted, tmp_path, monkeypatch):
     np.testing.assert_array_equal(flagged, expected >= result["threshold"])
 
     # the training split's ids are kept as hashes: a scored day learns how many it holds, nothing else
-    assert read_in_training(directory, test_ids) is None  # saved without them (an older bundle)
+    assert trained_id_hashes(directory) is None  # saved without them (an older bundle)
     train_ids = [fitted["data"].sequence_ids[i] for i in splits["train"]]
     kept = save_bundle(fitted["model"], fitted["tok"], meta, tmp_path / "bundle", trained_ids=train_ids)
-    assert read_in_training(kept, test_ids) == 0 and read_in_training(kept, []) == 0
-    assert read_in_training(kept, train_ids[:7] + test_ids) == 7
-    assert read_in_training(kept, [f"x-{s}" for s in train_ids]) == 0
+    trained = trained_id_hashes(kept)
+    assert read_in_training(trained, test_ids) == 0 and read_in_training(trained, []) == 0
+    assert read_in_training(trained, train_ids[:7] + test_ids) == 7
+    assert read_in_training(trained, [f"x-{s}" for s in train_ids]) == 0
     held = (kept / "train_sequences.safetensors").read_bytes()
     assert not any(s.encode() in held for s in train_ids)  # no id in clear
     assert len(id_hashes(train_ids + train_ids)) == len(train_ids)

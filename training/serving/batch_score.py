@@ -50,6 +50,7 @@ from training.serving.scoring import (
     read_in_training,
     reference_percentile,
     score_objects,
+    trained_id_hashes,
     window_threshold,
 )
 from training.tasks.buckets import sequence_chunks
@@ -93,6 +94,7 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
         resolved = resolve_model(model, tmp)
         directory = os.path.realpath(resolved.bundle)  # one version for the model and its training ids
         bundle = load_bundle(directory, device)  # any training mode's model (training.serving.scoring)
+        trained = trained_id_hashes(directory)  # None for a bundle saved without them
         source = _source_of(bundle.meta, source)
         dates = [storage.ingest_date_str(d) for d in dates] if dates else storage.ingest_dates(data_root, source)
         if not dates:
@@ -105,7 +107,7 @@ def score_partitions(model: str, data_root: str | Path, out_dir: str | Path, sou
                                                                    chunk_sequences))
             if predictions.is_empty():
                 log.warning("%s: no objects of source %s on %s", data_root, source, day)
-            flags |= _training_overlap(directory, predictions)
+            flags |= _training_overlap(trained, predictions)
             for warning in ("drift_warning", "in_sample_warning"):
                 if warning in flags:
                     log.warning("scored %s %s: %s", source, day, flags[warning])
@@ -206,13 +208,13 @@ def _flag_window(bundle, predictions: pl.DataFrame) -> tuple[pl.DataFrame, dict]
     return predictions, report
 
 
-def _training_overlap(directory: str, predictions: pl.DataFrame) -> dict:
+def _training_overlap(trained: np.ndarray | None, predictions: pl.DataFrame) -> dict:
     """``read_in_training`` (how many of the day's sequences were in the model's training split,
     training.serving.scoring.read_in_training) and its share, with a warning when any were: their
-    scores are in-sample. {} for a bundle saved without its training ids."""
-    count = read_in_training(directory, predictions["sequence_id"].to_list())
-    if count is None:
+    scores are in-sample. {} for a bundle saved without its training ids (``trained`` None)."""
+    if trained is None:
         return {}
+    count = read_in_training(trained, predictions["sequence_id"].to_list())
     report = {"read_in_training": count,
               "read_in_training_share": count / predictions.height if predictions.height else 0.0}
     if count:

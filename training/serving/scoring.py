@@ -9,7 +9,7 @@ A model bundle is one directory: ``config.json`` + ``model.safetensors`` + ``arc
 trained with ``surprise_scoring``, seqenc.surprise; value-link markers, seqenc.links, live in
 ``tokenizer.json``), and ``train_sequences.safetensors``: 64-bit hashes of the ids of the
 sequences it trained on (:func:`id_hashes`; not the ids themselves), so a scored day can say how
-many of its sequences the model read (:func:`read_in_training`). Nothing in it is pickled. Saved bundles are versions
+many of its sequences the model read (:func:`trained_id_hashes`, :func:`read_in_training`). Nothing in it is pickled. Saved bundles are versions
 (:func:`save_bundle`): ``models/<task>/bundle`` is a link to ``models/<task>/bundle.versions/<n>``,
 a folder never written again, so a scorer never reads a bundle that training is replacing.
 
@@ -91,20 +91,25 @@ def id_hashes(ids) -> np.ndarray:
     return np.sort(np.frombuffer(b"".join(digests), dtype="<i8")) if digests else np.zeros(0, dtype="<i8")
 
 
-def read_in_training(directory: str | Path, ids) -> int | None:
-    """How many of ``ids`` (a scored day's sequence ids) were in the training split of the bundle
-    at ``directory``; None for a bundle saved without :data:`TRAINED_IDS_FILE`.
-
-    Why (issue 50): the README's flows score the days they trained on, and a sequence the model
-    read in training is scored in-sample -- an anomaly the masked LM learned looks less surprising
-    (logins trial: 17 of 35 anomalies flagged on the training day, 18 of 20 on the next), a
-    labelled one was fitted. ``seqenc score`` reports the count and says so."""
+def trained_id_hashes(directory: str | Path) -> np.ndarray | None:
+    """The :func:`id_hashes` of the training split a bundle at ``directory`` keeps
+    (:data:`TRAINED_IDS_FILE`); None for a bundle saved without them. Read once per scoring run."""
     path = Path(directory) / TRAINED_IDS_FILE
     if not path.is_file():
         return None
     from safetensors.numpy import load_file
 
-    trained = load_file(path)["id_hashes"]
+    return load_file(path)["id_hashes"]
+
+
+def read_in_training(trained: np.ndarray, ids) -> int:
+    """How many of ``ids`` (a scored day's sequence ids) are among ``trained``
+    (:func:`trained_id_hashes`).
+
+    Why (issue 50): the README's flows score the days they trained on, and a sequence the model
+    read in training is scored in-sample -- an anomaly the masked LM learned looks less surprising
+    (logins trial: 17 of 35 anomalies flagged on the training day, 18 of 20 on the next), a
+    labelled one was fitted. ``seqenc score`` reports the count and says so."""
     return int(np.isin(id_hashes(ids), trained, assume_unique=True).sum()) if len(ids) else 0
 
 
@@ -279,10 +284,12 @@ def window_threshold(meta: dict, scores: np.ndarray) -> tuple[float, str]:
         basis = np.concatenate([scores, reference])
         whose = f"the window's {len(scores)} scores and the training reference's {len(reference)}"
     if rule is None or len(basis) < WINDOW_MIN:
+        why = "the threshold fitted at training"
         policy = meta.get("threshold_policy") or {}
-        fitted = f": the {policy['q']} quantile of the training reference's scores" \
-            if rule is None and policy.get("policy") == "quantile" else ""
-        why = "the threshold fitted at training" + (f" (fewer than {WINDOW_MIN} sequences scored)" if rule else fitted)
+        if rule is not None:
+            why += f" (fewer than {WINDOW_MIN} sequences scored)"
+        elif policy.get("policy") == "quantile":
+            why += f": the {policy['q']} quantile of the training reference's scores"
         return trained, why
     if rule["rule"] == "contamination":
         return quantile_cut(basis, 1.0 - rule["share"]), f"the top {rule['share']} of {whose}"
