@@ -4,6 +4,10 @@ Graph: ``tasks -> score[task]``, one mapped ``score`` per task of the catalogue 
 the param ``catalog``, else the Airflow Variable ``seqenc_catalog``, else ``$SEQENC_CATALOG``,
 else the built-in one), so a task added to the catalogue is scored once it has a champion.
 
+It runs at 01:00 UTC, before the night's training (02:00): the champion that scores a day was
+trained on a window ending the day before it, so no scheduled score is in-sample (a day re-scored
+by hand after that night's training is, and its run says how many of its sequences were).
+
 Each loads ``models:/seqenc-<task>@champion`` from the Model Registry (only the bundle's
 safetensors + JSON, training.serving.registry), scores every sequence of the day's ingest partition of
 the task's source, and writes ``<workdir>/predictions/<task>/date=<YYYY-MM-DD>/part-0.parquet``
@@ -32,8 +36,9 @@ score = task(map_index_template="{{ seqenc_task }}")(batch_score.score)
 @dag(
     dag_id="seqenc_batch_score",
     description="score each day's sequences with the registry's champion models",
-    # 03:00 UTC, after ingest (00:00) and nightly training (02:00); scores the day before
-    **scheduled("0 3 * * *", retries=2, retry_minutes=2),
+    # 01:00 UTC: after the day's ingest (00:00) and *before* the night's training (02:00), so the
+    # champion that scores the day before was trained on the days before it: out of sample
+    **scheduled("0 1 * * *", retries=2, retry_minutes=2),
     params={
         **workdir_params("work directory"),
         "tasks": Param([], type="array", description="tasks to score (default: every catalogue task)"),

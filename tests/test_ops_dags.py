@@ -4,11 +4,13 @@ SQLite metadata DB in a temporary AIRFLOW_HOME, with a real MLflow store and reg
 seqenc_ingest (landing -> partitions) -> seqenc_nightly_training (train, promote on merit)
 -> seqenc_batch_score (champion -> predictions partitioned by date), and each run twice over the
 same interval: the second leaves the same rows, and a model that is no better stays a challenger.
+Then the next day in the schedule's order (ingest, scoring, training): its scores are out of sample.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 
 import mlflow
@@ -21,6 +23,8 @@ from parsers.synthetic import generate_hdfs_logs, generate_session_events
 
 DAY = "2025-03-01"
 LOGICAL = "2025-03-02T00:00:00"  # the @daily run at midnight after DAY: its data interval is DAY
+DAY2 = "2025-03-02"
+SCORE_AT_DAY2 = "2025-03-03T01:00:00"  # seqenc_batch_score's scheduled run after DAY2: interval DAY2
 GRAPHS = {
     "seqenc_ingest": {("find_files", "mine_file"), ("mine_file", "merge_templates"), ("merge_templates", "ingest_file"),
                       ("find_files", "finalize"), ("ingest_file", "finalize")},
@@ -61,6 +65,7 @@ def ops(tmp_path_factory):
     out["objects1"] = {s: storage.read_objects(workdir / "data", s, DAY) for s in ("hdfs", "sessions")}
     out["stale"] = plant_stale_part(workdir / "data", "hdfs", DAY, "hdfs.log")  # the re-run must drop it
     out["ingest2"] = run_dag("seqenc_ingest", conf, env, LOGICAL)
+    out["labels1"] = storage.read_labels(workdir / "data", "hdfs")  # before DAY2 lands
 
     nightly = {"workdir": str(workdir), "tasks": ["anomaly"], "size": "tiny", "window_days": 3, "date": DAY}
     out["nightly1"] = run_dag("seqenc_nightly_training", nightly, env, LOGICAL)
@@ -70,6 +75,15 @@ def ops(tmp_path_factory):
     out["score1"] = run_dag("seqenc_batch_score", score, env, LOGICAL)
     out["pred1"] = pl.read_parquet(workdir / "predictions" / "anomaly" / f"date={DAY}" / "part-0.parquet")
     out["score2"] = run_dag("seqenc_batch_score", score, env, LOGICAL)
+
+    # the next day in the schedule's order: ingest (00:00), then scoring (01:00) by its own data
+    # interval with the champion the night of DAY trained, then that night's training (02:00)
+    day2 = landing / "hdfs" / DAY2
+    day2.mkdir(parents=True)
+    generate_hdfs_logs(day2 / "hdfs.log", day2 / "hdfs_labels.csv", n_blocks=120, anomaly_rate=0.1, seed=1)
+    out["ingest_day2"] = run_dag("seqenc_ingest", conf, env, "2025-03-03T00:00:00")
+    out["score_day2"] = run_dag("seqenc_batch_score", {"workdir": str(workdir), "tasks": ["anomaly"]}, env,
+                                SCORE_AT_DAY2)
     return out
 
 
@@ -84,6 +98,7 @@ def test_dagbag_loads_every_dag_with_the_expected_graph(tmp_path):
                         for d, dag in bag.dags.items()}},
             "tasks": {{d: sorted(dag.task_ids) for d, dag in bag.dags.items()}},
             "schedules": {{d: repr(dag.timetable) for d, dag in bag.dags.items()}},
+            "crons": {{d: getattr(dag.timetable, "expression", None) for d, dag in bag.dags.items()}},
         }}))
     """, airflow_env(tmp_path), timeout=120)
     assert result["errors"] == {}
@@ -92,6 +107,10 @@ def test_dagbag_loads_every_dag_with_the_expected_graph(tmp_path):
     assert set(result["tasks"]["seqenc_batch_score"]) == SCORE_TASKS
     for dag_id in GRAPHS:  # scheduled, with real data intervals (not trigger points)
         assert "CronDataIntervalTimetable" in result["schedules"][dag_id]
+    # a day is ingested, then scored by the champion the night before trained, then trained on:
+    # a scheduled score is never in-sample (docs/operations.md)
+    hours = {d: datetime.strptime(c, "%M %H * * *").hour for d, c in result["crons"].items() if d in GRAPHS}
+    assert hours["seqenc_ingest"] < hours["seqenc_batch_score"] < hours["seqenc_nightly_training"], hours
 
 
 @pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS.glob("seqenc_*.py")))
@@ -136,7 +155,7 @@ def test_ingest_maps_one_task_per_file_and_fills_the_interval_partition(ops):
     objects = ops["objects1"]
     assert objects["hdfs"].height > 0 and objects["sessions"].height > 0
     assert objects["hdfs"]["sequence_id"].n_unique() == 200
-    assert storage.read_labels(ops["workdir"] / "data", "hdfs").height == 200
+    assert ops["labels1"].height == 200
     manifest = json.loads((storage.objects_dir(ops["workdir"] / "data", "hdfs") / f"ingest_date={DAY}"
                            / "_manifest.json").read_text())
     assert manifest["parts"] == ["part-hdfs.log.parquet"]
@@ -158,7 +177,7 @@ def test_ingest_rerun_of_an_interval_replaces_its_partition(ops):
     for source, before in ops["objects1"].items():
         after = storage.read_objects(ops["workdir"] / "data", source, DAY)
         assert after.sort("sequence_id", "step", "key").equals(before.sort("sequence_id", "step", "key")), source
-    assert storage.read_labels(ops["workdir"] / "data", "hdfs").height == 200  # not doubled
+    assert ops["labels1"].height == 200  # not doubled
 
 
 def test_nightly_training_registers_and_promotes_the_first_model(ops):
@@ -218,13 +237,31 @@ def test_batch_score_writes_the_champions_predictions_by_date(ops):
 def test_batch_score_rerun_leaves_the_same_rows(ops):
     _ok(ops["score2"], {"score[1]", "score[2]"})
     folder = ops["workdir"] / "predictions" / "anomaly"
-    assert [p.name for p in folder.iterdir()] == [f"date={DAY}"]
+    assert sorted(p.name for p in folder.iterdir()) == [f"date={DAY}", f"date={DAY2}"]  # one folder a day
     again = pl.read_parquet(folder / f"date={DAY}" / "part-0.parquet")
     assert again.equals(ops["pred1"])
     client = mlflow.MlflowClient(tracking_uri=f"sqlite:///{ops['workdir'] / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("seqenc-scoring")
     runs = client.search_runs([experiment.experiment_id], f"tags.interval = '{DAY}'")
     assert len(runs) == 1  # the re-run replaced the day's scoring run
+
+
+def test_the_scheduled_score_of_a_new_day_is_out_of_sample(ops):
+    """By hand, DAY was scored after the night that trained on it: the run counts the blocks of its
+    training split. The scheduled run after DAY2 scores DAY2 (its data interval) with that
+    champion, whose window ended DAY: none in-sample, and nothing warns."""
+    on_trained = ops["score1"]["xcoms"]["score[0]"]["dates"][0]
+    assert 0 < on_trained["read_in_training"] < 200  # the training split only, not dev or test
+    assert "in the model's training split" in ops["score1"]["_output"]
+    run = ops["score_day2"]
+    _ok(run)
+    assert run["interval"][0].startswith(DAY2)
+    day2 = run["xcoms"]["score[0]"]["dates"][0]
+    assert day2["date"] == DAY2 and day2["sequences"] == 120
+    assert day2["read_in_training"] == 0 and day2["read_in_training_share"] == 0.0
+    assert "in the model's training split" not in run["_output"]
+    pred = pl.read_parquet(ops["workdir"] / "predictions" / "anomaly" / f"date={DAY2}" / "part-0.parquet")
+    assert pred.height == 120 and set(pred["model_version"].to_list()) == {"1"}
 
 
 def test_score_cli_is_the_dags_code(ops, tmp_path):
