@@ -287,7 +287,8 @@ def _train_unlabelled(mode: str, ds: LabelledDataset, tok, data, y, splits, size
     reference = final["probs"][trainer.reference, 1]
     if normal:
         clean = KINDS["anomaly"].clean_reference_threshold
-        cut, rule = policy_threshold(reference, clean), CLEAN_REFERENCE_RULE.format(q=clean["q"])
+        cut, rule = policy_threshold(reference, clean), CLEAN_REFERENCE_RULE.format(
+            q=clean["q"], percent=round(100 * (1 - clean["q"]), 6))
     else:
         cut, rule = label_free_threshold(reference), LABEL_FREE_RULE
     row["f1_label_free"] = labelled_metrics(y, final["probs"], splits["test"], cut).get("f1")

@@ -124,8 +124,8 @@ def policy_threshold(reference_scores: np.ndarray, threshold: dict) -> float:
 
 # the label-free rule of a clean reference (normal sequences only: train_on = "normal", the bench's
 # +normal rows), whose q the anomaly kind names (training.tasks.kinds: clean_reference_threshold)
-CLEAN_REFERENCE_RULE = ("the {q} quantile of the clean reference's scores (normal sequences only; so about 1 - {q} "
-                        "of normal sequences flagged)")
+CLEAN_REFERENCE_RULE = ("the {q} quantile of the clean reference's scores (normal sequences only, so about "
+                        "{percent:g} % of normal sequences are flagged)")
 LABEL_FREE_Z = 3.5  # Iglewicz and Hoaglin (1993): a modified z-score above 3.5 is an outlier
 LABEL_FREE_MIN_SPREAD = 1.5  # nats: the spread never below it (chosen on the bench's dev seeds; label_free_threshold)
 LABEL_FREE_RULE = (f"modified z-score > {LABEL_FREE_Z} on the reference scores (median and MAD, scores below 0 taken "

@@ -64,13 +64,13 @@ from seqenc.table_model import TABLE_MODELS, TableExamples
 from seqenc.tokenizer import ValueTokenizer
 from training.engine.engines import training_device
 from training.engine.modes import MODES
+from training.serving.registry import BUNDLE_FILES
 from training.tasks.kinds import get_kind
 from training.tasks.metrics import predict
 from training.tasks.task_data import keyed_objects
 
 log = logging.getLogger(__name__)
 
-BUNDLE_FILES = ("config.json", "model.safetensors", "architecture.json", "tokenizer.json", "metadata.json")
 TRAINED_IDS_FILE = "train_sequences.safetensors"  # optional (bundles before it lack it): see read_in_training
 END_TO_END_BATCH = 32  # sequences per forward pass of an end-to-end model (its trainer evaluates 2 x 16)
 
