@@ -185,7 +185,7 @@ def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys,
     trained = pl.read_parquet(work / "sequences" / "checkout_watch" / "splits.parquet").filter(pl.col("split") == "train")
     first, out = score("2025-04-01")
     assert 0 < trained.height < first.height
-    assert f"; {trained.height} of them in training (in-sample)" in out
+    assert f"; {trained.height} of the {first.height} in the model's training split (scored in-sample)" in out
     assert f"{trained.height} of {first.height} sequences were in the model's training split" in caplog.text
     truth = dict(pl.read_csv(tmp_path / "d3.csv").iter_rows())
     flagged = same.filter(pl.col("label") == "fraud")["sequence_id"].to_list()

@@ -226,7 +226,8 @@ def cmd_score(args) -> int:
     for day in result["dates"]:
         flagged = (f"; flagged {day['flagged']} ({day['flagged_share']:.1%}) by {day['threshold_rule']}"
                    if "flagged" in day else "")
-        in_sample = f"; {day['read_in_training']} of them in training (in-sample)" if day.get("read_in_training") else ""
+        in_sample = (f"; {day['read_in_training']} of the {day['sequences']} in the model's training split (scored "
+                     "in-sample)" if day.get("read_in_training") else "")
         print(f"{day['date']}: scored {day['sequences']} sequences of {result['source']} with "
               f"{result['model_uri']}{version} -> {day['predictions']}{flagged}{in_sample}")
     return 0
