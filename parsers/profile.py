@@ -13,7 +13,13 @@ objects (:func:`profile_source`):
 * ``unique_per_sequence``: each value occurs in one sequence only (ids of the sequence itself,
   e.g. a block id): flagged, kept (the value-link markers of seqenc.links read exactly those);
 * ``numeric``: at least 95 % of its values parse as numbers (numeric bins, seqenc.numeric, can
-  read them); ``examples``: a few of its most common values.
+  read them); ``examples``: a few of its most common values;
+* ``clock``: at least 95 % of its values look like a date, a clock time or a month name
+  (``CLOCK``): a log header's date and time fields, which the object's ``ts`` already holds. A
+  date field takes one value a day, so it is no id within a day (``unique_per_object`` misses
+  it), but every later day brings a value the model never saw: scored on day 2, every sequence
+  of a model trained on day 1 looked novel (a made-up job log, ``2026-04-01 00:00:03,250 INFO
+  ...``: the day's median at the reference's 100th percentile, nothing flagged; docs/training.md).
 
 A source cut into fewer than ``FEW_SEQUENCES`` sequences gets a ``note`` (:func:`few_sequences_note`).
 training.tasks.starter turns a profile into a starter task for the catalogue.
@@ -22,6 +28,7 @@ training.tasks.starter turns a profile into a starter task for the catalogue.
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import polars as pl
@@ -36,6 +43,14 @@ NUMERIC_SHARE = 0.95
 N_EXAMPLES = 3
 FEW_SEQUENCES = 50  # fewer: the profile's note says so (few_sequences_note)
 SUGGESTED_WINDOWS = 200  # the note's log window cuts the time span into about this many
+CLOCK_SHARE = 0.95
+_MONTHS = ("Jan(uary)?|Feb(ruary)?|Mar(ch)?|Apr(il)?|May|June?|July?|Aug(ust)?|Sep(tember)?|Oct(ober)?"
+           "|Nov(ember)?|Dec(ember)?")
+# a date (2026-04-01, 2005.06.03, 04/01/2026; not an IP address such as 10.0.10.1), a clock time
+# (00:00:03,250), or a month name, at the start of the value; what follows a date may be anything
+# (2005-06-03-15.42.50.675872, 2026-03-01T00:00:01Z). Case-insensitive; polars reads it as is
+CLOCK = re.compile(r"(?i)^(\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}([^.\d]|$)"
+                   rf"|\d{{1,2}}:\d{{2}}(:\d{{2}})?([.,]\d+)?$|({_MONTHS})\b)")
 
 
 def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
@@ -54,6 +69,7 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
         pl.struct("sequence_id", "step").n_unique().alias("objects"),
         pl.col("sequence_id").n_unique().alias("sequences"),
         numeric.mean().alias("numeric_share"),
+        pl.col("value").str.contains(CLOCK.pattern).mean().alias("clock_share"),
     ))
     # values that occur in one sequence only, per key
     spread = (objects.group_by("key", "value").agg(pl.col("sequence_id").n_unique().alias("n"))
@@ -71,6 +87,7 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
             "unique_per_object": r["distinct"] > MIN_DISTINCT and r["distinct"] >= UNIQUE_RATIO * r["occurrences"],
             "unique_per_sequence": r["distinct"] > MIN_DISTINCT and r["single_sequence_share"] >= 0.9,
             "numeric": r["numeric_share"] >= NUMERIC_SHARE,
+            "clock": r["clock_share"] >= CLOCK_SHARE,
             "examples": [v[:40] for v in r["value"]],
         })
     labels = storage.read_labels(root, source).unique("sequence_id", keep="last")
@@ -111,7 +128,8 @@ def profile_table(profile: dict) -> str:
              + (", ".join(f"{k} {v}" for k, v in profile["labels"].items()) or "none"),
              f"{'key':<28} {'distinct':>9} {'share':>6} {'per_seq':>8}  flags                      examples"]
     for k in profile["keys"]:
-        flags = ",".join(name for name in ("unique_per_object", "unique_per_sequence", "numeric") if k[name])
+        flags = ",".join(name for name in ("unique_per_object", "unique_per_sequence", "numeric", "clock")
+                         if k.get(name))
         lines.append(f"{k['key'][:28]:<28} {k['distinct']:>9} {k['share']:>6.2f} {k['per_sequence']:>8.1f}  "
                      f"{flags:<26} {' | '.join(k['examples'])[:60]}")
     if profile.get("note"):

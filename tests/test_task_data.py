@@ -106,3 +106,39 @@ def test_the_profile_notes_a_source_cut_into_few_sequences():
     assert "only 1 sequence" in note and f"window = {round(1000 / SUGGESTED_WINDOWS)} " in note
     assert "window =" not in few_sequences_note({"kind": "events", "sequences": 1}, logs)  # events: no window
     assert few_sequences_note({"kind": "logs", "sequences": FEW_SEQUENCES}, logs) is None
+
+
+def test_the_profile_leaves_a_log_headers_date_and_time_out(tmp_path):
+    """A header "2026-04-01 00:00:03,250 INFO ..." detected from the file splits into a date and a
+    time field. The time is unique per line, the date one value a day (no id to the uniqueness
+    test), yet every later day brings a date the model never saw: both are flagged ``clock`` and
+    left out of the starter task; the level and the message's values are not."""
+    import datetime as dt
+    import random
+
+    from parsers.profile import profile_source, profile_table
+    from training.cli.main import main
+    from training.tasks.starter import starter_task
+
+    rng = random.Random(0)
+    root, catalog = tmp_path / "data", tmp_path / "seqenc.toml"
+    catalog.write_text('[sources.jobs]\nkind = "logs"\nauto_header = true\nwindow = 600\n')
+    for day in ("2026-04-01", "2026-04-02"):
+        t, lines = dt.datetime.fromisoformat(day), []
+        for _ in range(600):
+            t += dt.timedelta(milliseconds=rng.randint(500, 9000))
+            lines.append(f"{t:%Y-%m-%d %H:%M:%S},{t.microsecond // 1000:03d} {rng.choice(['INFO', 'WARN'])} "
+                         f"worker w{rng.randint(1, 6)} finished job in {rng.randint(20, 400)} ms")
+        (tmp_path / f"{day}.log").write_text("\n".join(lines) + "\n")
+        assert main(["ingest", "logs", str(tmp_path / f"{day}.log"), "--root", str(root), "--source", "jobs",
+                     "--catalog", str(catalog), "--date", day]) == 0
+    profile = profile_source(root, "jobs", "2026-04-01")  # one day, as a user's first
+    keys = {k["key"]: k for k in profile["keys"]}
+    clocks = {k for k, v in keys.items() if v["clock"]}
+    assert len(clocks) == 2 and all(v["examples"][0][:2] in ("20", "00", "01", "02") for k, v in keys.items()
+                                    if k in clocks), keys
+    date = next(k for k in clocks if keys[k]["distinct"] == 1)  # no id: one value on the day
+    assert not keys[date]["unique_per_object"]
+    assert not any(v["clock"] for k, v in keys.items() if k not in clocks)  # the level, the worker, the ms
+    assert clocks <= set(starter_task(profile)["exclude_keys"])
+    assert "clock" in profile_table(profile)
