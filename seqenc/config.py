@@ -23,6 +23,7 @@ TABLE_WIDE_HEADS = ("linear", "mlp")  # the wide head's form: seqenc.heads.WideH
 TABLE_WIDE_FEATURES = ("overlap", "checks")  # what a wide table head reads: seqenc.table_checks.WIDE_FEATURES
 TABLE_ROW_COUNTS = ("cells", "spans")  # what a row's match bucket counts: seqenc.table_inputs (row_match)
 KA_MIXERS = ("attention", "ema")  # seqenc.model.KeyAggregator
+LONG_SEQUENCES = ("window", "balanced", "truncate")  # an S(k) past the window: seqenc.sequences.value_sequence_windows
 # the buckets of a classifier's hashed bag of values (TVMKAConfig.value_counts, seqenc.heads)
 VALUE_COUNT_BUCKETS = 1 << 16
 # TableConfig's fields whose class default changed after models were saved without them: such a
@@ -120,7 +121,7 @@ class TVMKAConfig:
     # --- value sequences longer than the window ---------------------------------------------
     # "window": split S(k) into windows that each start with [CLS] k [VAL_SEP] and mean-pool
     # the windows' [CLS] vectors into KR(k); "truncate": keep only the most recent values.
-    long_sequences: str = "window"
+    long_sequences: str = "window"  # or "balanced": as many windows, the values spread evenly
     max_windows: int = 64  # safety bound per key; windows past it are counted and logged
 
     # --- task head on the KA ----------------------------------------------------------------
@@ -173,8 +174,8 @@ class TVMKAConfig:
             raise ValueError(f"tvm_positions={self.tvm_positions!r} is not one of {TVM_POSITIONS}")
         if self.tvm_positions == "within_value" and self.val_sep_token_id is None:
             raise ValueError("tvm_positions='within_value' needs val_sep_token_id (the tokenizer's [VAL_SEP] id)")
-        if self.long_sequences not in ("window", "truncate"):
-            raise ValueError(f"long_sequences={self.long_sequences!r} is not 'window' or 'truncate'")
+        if self.long_sequences not in LONG_SEQUENCES:
+            raise ValueError(f"long_sequences={self.long_sequences!r} is not one of {LONG_SEQUENCES}")
         if self.ka_layers is not None and self.ka_layers < 1:
             raise ValueError(f"ka_layers={self.ka_layers} must be >= 1 (or None: n_layers)")
         if self.ka_mixer not in KA_MIXERS:

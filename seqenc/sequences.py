@@ -13,12 +13,14 @@ prediction the masked LM makes and can find surprising (seqenc.surprise).
 
 An S(k) longer than the TVM window (``max_positions`` tokens) is handled by ``mode``:
 
-* ``"window"`` (default, nothing is lost): S(k) is cut into windows, each starting with the same
+* ``"window"`` (nothing is lost): S(k) is cut into windows, each starting with the same
   prefix [CLS] k; values are packed whole (each with its [VAL_SEP]) into the current window, a
   value that does not fit opens the next window, and a single value longer than a whole window
   is split across windows. The windows are encoded as a batch and pooled into KR(k)
   (:func:`seqenc.model.pool_windows`). At most ``max_windows`` windows are kept per key (the
   most recent); values beyond that are counted and logged, never dropped silently.
+* ``"balanced"``: as many windows as ``"window"`` makes, the values spread evenly over them, so
+  the last window is never a short remainder (one value alone, read against nothing).
 * ``"truncate"``: only the most recent values that fit in one window are kept; the number of
   dropped values is counted and logged.
 
@@ -65,7 +67,16 @@ def value_sequence_windows(
     mode: str = "window",
     max_windows: int = 64,
 ) -> tuple[list[list[int]], int]:
-    """Token windows of S(k) and the number of values that did not make it in."""
+    """Token windows of S(k) and the number of values that did not make it in.
+
+    ``mode``: "window" packs the values into windows greedily, so the last window holds what is
+    left over -- sometimes one value alone; "balanced" makes as many windows as "window" and spreads
+    the values evenly over them (each value by where its tokens start in S(k)), so that no window
+    is a short remainder: a value alone in a window has no neighbours to be read against, and the
+    masked LM, which rarely sees such a window, scores it as surprising (a gateway log whose
+    S(node) ran to 3 windows, the last with one value: that value cost 9.7 nats, the others ~1.4;
+    docs/model.md). A value longer than a whole window keeps the greedy windows; "truncate" keeps
+    only the most recent values that fit one window."""
     prefix = [cls_id] + key_ids[: max(1, max_len // 4)]
     capacity = max_len - len(prefix)
     if capacity < 2:
@@ -82,7 +93,7 @@ def value_sequence_windows(
             used += len(unit)
         window = prefix + [t for unit in reversed(kept) for t in unit]
         return [window], len(units) - len(kept)
-    if mode != "window":
+    if mode not in ("window", "balanced"):
         raise ValueError(f"unknown mode {mode!r}")
 
     windows: list[list[int]] = []
@@ -105,6 +116,9 @@ def value_sequence_windows(
     if len(current) > len(prefix) or not windows:
         windows.append(current)
         first_value_of_window.append(current_first)
+    if mode == "balanced" and len(windows) > 1 and max(map(len, units)) <= capacity:
+        windows, first_value_of_window = _balanced(prefix, units, len(windows), capacity) or (
+            windows, first_value_of_window)
 
     dropped = 0
     if len(windows) > max_windows:
@@ -112,6 +126,21 @@ def value_sequence_windows(
         dropped = first_value_of_window[cut]
         windows = windows[cut:]
     return windows, dropped
+
+
+def _balanced(prefix: list[int], units: list[list[int]], n: int, capacity: int):
+    """``n`` windows of ``prefix`` + units, unit i in window ``start_i * n // total`` (its first
+    token's offset in S(k)); None when one of them would be empty or hold more than ``capacity``."""
+    total = sum(map(len, units))
+    groups: list[list[list[int]]] = [[] for _ in range(n)]
+    start = 0
+    for unit in units:
+        groups[min(n - 1, start * n // total)].append(unit)
+        start += len(unit)
+    if any(not g or sum(map(len, g)) > capacity for g in groups):
+        return None
+    firsts = np.cumsum([0] + [len(g) for g in groups[:-1]]).tolist()
+    return [prefix + [t for unit in g for t in unit] for g in groups], firsts
 
 
 WINDOWS_SCHEMA = pa.schema([("sequence_id", pa.string()), ("key", pa.string()), ("input_ids", pa.list_(pa.int32()))])
