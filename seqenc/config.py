@@ -120,8 +120,10 @@ class TVMKAConfig:
 
     # --- value sequences longer than the window ---------------------------------------------
     # "window": split S(k) into windows that each start with [CLS] k [VAL_SEP] and mean-pool
-    # the windows' [CLS] vectors into KR(k); "truncate": keep only the most recent values.
-    long_sequences: str = "window"  # or "balanced": as many windows, the values spread evenly
+    # the windows' [CLS] vectors into KR(k), packed greedily; "balanced": as many windows, the
+    # values spread evenly (no short remainder window, seqenc.sequences; chosen 2026-12-06,
+    # docs/model.md "Long S(k)"); "truncate": keep only the most recent values.
+    long_sequences: str = "balanced"  # LONG_SEQUENCES; "window" before 2026-12-06 (saved configs keep theirs)
     max_windows: int = 64  # safety bound per key; windows past it are counted and logged
 
     # --- task head on the KA ----------------------------------------------------------------

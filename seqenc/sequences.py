@@ -13,14 +13,14 @@ prediction the masked LM makes and can find surprising (seqenc.surprise).
 
 An S(k) longer than the TVM window (``max_positions`` tokens) is handled by ``mode``:
 
-* ``"window"`` (nothing is lost): S(k) is cut into windows, each starting with the same
+* ``"window"`` (nothing is lost; the default before 2026-12-06): S(k) is cut into windows, each starting with the same
   prefix [CLS] k; values are packed whole (each with its [VAL_SEP]) into the current window, a
   value that does not fit opens the next window, and a single value longer than a whole window
   is split across windows. The windows are encoded as a batch and pooled into KR(k)
   (:func:`seqenc.model.pool_windows`). At most ``max_windows`` windows are kept per key (the
   most recent); values beyond that are counted and logged, never dropped silently.
-* ``"balanced"``: as many windows as ``"window"`` makes, the values spread evenly over them, so
-  the last window is never a short remainder (one value alone, read against nothing).
+* ``"balanced"`` (the default): as many windows as ``"window"`` makes, the values spread evenly
+  over them, so the last window is never a short remainder (one value alone, read against nothing).
 * ``"truncate"``: only the most recent values that fit in one window are kept; the number of
   dropped values is counted and logged.
 
@@ -64,7 +64,7 @@ def value_sequence_windows(
     cls_id: int,
     val_sep_id: int,
     max_len: int,
-    mode: str = "window",
+    mode: str = "balanced",
     max_windows: int = 64,
 ) -> tuple[list[list[int]], int]:
     """Token windows of S(k) and the number of values that did not make it in.
@@ -340,7 +340,7 @@ def tokenize_value_sequences(
     value_sequences: pl.DataFrame,
     tokenizer: ValueTokenizer,
     max_len: int,
-    mode: str = "window",
+    mode: str = "balanced",
     max_windows: int = 64,
 ) -> TokenizedSequences:
     """Build and tokenise every S(k); the rows must be sorted by (sequence_id, key). A tokenizer

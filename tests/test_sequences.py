@@ -51,7 +51,7 @@ def test_balanced_windows_leave_no_value_alone_at_the_end():
     """31 values of 3 tokens in windows of 2 + 45: greedily 15 + 15 + 1 (the last value alone);
     balanced, as many windows with 11 / 10 / 10 values, in order, none lost."""
     values = [[60 + i % 30, 90] for i in range(31)]
-    greedy, _ = value_sequence_windows([50], values, CLS, SEP, max_len=47)
+    greedy, _ = value_sequence_windows([50], values, CLS, SEP, max_len=47, mode="window")
     balanced, dropped = value_sequence_windows([50], values, CLS, SEP, max_len=47, mode="balanced")
     assert [w.count(SEP) for w in greedy] == [15, 15, 1]
     assert [w.count(SEP) for w in balanced] == [11, 10, 10] and dropped == 0
@@ -59,10 +59,10 @@ def test_balanced_windows_leave_no_value_alone_at_the_end():
     assert [t for w in balanced for t in w[2:]] == [t for w in greedy for t in w[2:]]
     # one window, or a value longer than a window: as "window"
     assert value_sequence_windows([50], values[:3], CLS, SEP, 47, mode="balanced")[0] == \
-        value_sequence_windows([50], values[:3], CLS, SEP, 47)[0]
+        value_sequence_windows([50], values[:3], CLS, SEP, 47, mode="window")[0]
     long = [[60] * 50, [61]]
     assert value_sequence_windows([50], long, CLS, SEP, 8, mode="balanced")[0] == value_sequence_windows(
-        [50], long, CLS, SEP, 8)[0]
+        [50], long, CLS, SEP, 8, mode="window")[0]
     # max_windows drops the earliest values, counted
     windows, dropped = value_sequence_windows([50], values, CLS, SEP, 47, mode="balanced", max_windows=2)
     assert len(windows) == 2 and dropped == 11 and windows[-1][-1] == 90
