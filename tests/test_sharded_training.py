@@ -43,10 +43,12 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
     Metrics: the two runs are not bit-identical and are not meant to be. The 2-rank run's
     masked-LM batches are other batches (each rank's from its share, as DistributedSampler
     draws them), so the runs differ as two orders of the same data do; the KA steps read the
-    same batches on both. Measured on this job: the final KR caches differ by 0.029 on average
-    (at most 0.13; mean |KR| 0.86); test metrics equal (F1 0.5, micro F1 0.85); on dev, recall
+    same batches on both. Measured on this job: the final KR caches differ by 0.056 on average
+    (at most 0.17; mean |KR| 0.85; 0.029, at most 0.13, with the greedy windows of
+    ``long_sequences="window"``, the default before 2026-12-06: the windows are other windows, so
+    the two orders part differently); with those greedy windows, test metrics equal (F1 0.5, micro F1 0.85); on dev, recall
     0.75 against 0.5 and precision 0.375 against 0.5: one of dev's four anomalies, and one
-    flagged sequence, changed side. So the tolerances: caches' mean absolute difference < 0.05;
+    flagged sequence, changed side. So the tolerances: caches' mean absolute difference < 0.08;
     the bundles' scores' mean absolute difference < 0.02 and the average precision within 0.05;
     micro F1 within 0.1 (two of 20 sequences); F1 within 0.2; precision and recall within 0.3
     (one anomaly of four is 0.25)."""
@@ -103,7 +105,7 @@ def test_two_ranks_divide_the_refresh_and_match_one_rank(tmp_path):
     assert torch.equal(caches[0], caches[1])
     alone_cache = load_file(str(one / "models" / "anomaly" / "job" / "kr_cache_v3.safetensors"))["kr"]
     difference = (alone_cache - caches[0]).abs()
-    assert alone_cache.shape == caches[0].shape and difference.mean() < 0.05
+    assert alone_cache.shape == caches[0].shape and difference.mean() < 0.08
 
     assert printed[0]["metrics"]["test"] == printed[1]["metrics"]["test"]  # one model on both ranks
     for split in ("dev", "test"):
