@@ -15,7 +15,9 @@ objects (:func:`profile_source`):
 * ``numeric``: at least 95 % of its values parse as numbers (numeric bins, seqenc.numeric, can
   read them); ``examples``: a few of its most common values;
 * ``clock``: at least 95 % of its values look like a date, a clock time or a month name
-  (``CLOCK``): a log header's date and time fields, which the object's ``ts`` already holds. A
+  (``CLOCK``), or the key is named so (``CLOCK_NAME``: ``date``, ``time``, ``timestamp2``, ... --
+  the names a detected header gives its clock fields, as HDFS's compact ``081109 203615``): a log
+  header's date and time fields, which the object's ``ts`` already holds. A
   date field takes one value a day, so it is no id within a day (``unique_per_object`` misses
   it), but every later day brings a value the model never saw: scored on day 2, every sequence
   of a model trained on day 1 looked novel (a made-up job log, ``2026-04-01 00:00:03,250 INFO
@@ -53,6 +55,9 @@ CLOCK = re.compile(r"(?i)^(\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./
                    rf"|\d{{1,2}}:\d{{2}}(:\d{{2}})?([.,]\d+)?$|({_MONTHS})\b)")
 
 
+CLOCK_NAME = re.compile(r"(?i)^(date|time|timestamp|datetime)\d*$")
+
+
 def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
     """``{"source", "sequences", "objects", "labels": {class: n}, "keys": [per-key dict, ...], "note"}``
     (module docstring), keys sorted by share then name."""
@@ -87,7 +92,7 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
             "unique_per_object": r["distinct"] > MIN_DISTINCT and r["distinct"] >= UNIQUE_RATIO * r["occurrences"],
             "unique_per_sequence": r["distinct"] > MIN_DISTINCT and r["single_sequence_share"] >= 0.9,
             "numeric": r["numeric_share"] >= NUMERIC_SHARE,
-            "clock": r["clock_share"] >= CLOCK_SHARE,
+            "clock": r["clock_share"] >= CLOCK_SHARE or bool(CLOCK_NAME.match(r["key"])),
             "examples": [v[:40] for v in r["value"]],
         })
     labels = storage.read_labels(root, source).unique("sequence_id", keep="last")
