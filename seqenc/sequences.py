@@ -42,6 +42,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from seqenc.config import LONG_SEQUENCES
 from seqenc.links import repeat_flags, value_link_flags
 from seqenc.tokenizer import ValueTokenizer
 
@@ -93,8 +94,8 @@ def value_sequence_windows(
             used += len(unit)
         window = prefix + [t for unit in reversed(kept) for t in unit]
         return [window], len(units) - len(kept)
-    if mode not in ("window", "balanced"):
-        raise ValueError(f"unknown mode {mode!r}")
+    if mode not in LONG_SEQUENCES:
+        raise ValueError(f"unknown mode {mode!r}; choose from {LONG_SEQUENCES}")
 
     windows: list[list[int]] = []
     first_value_of_window: list[int] = []  # index of the first value each window holds
