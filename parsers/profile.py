@@ -10,14 +10,27 @@ objects (:func:`profile_source`):
   value a new vocabulary entry. Choice: at least half as many distinct values as occurrences,
   and more than ``MIN_DISTINCT`` of them (a key seen five times with five values is not yet
   evidence);
+* ``measurement``: unique per object, but a number that measures something -- an amount, a
+  latency, a size: at least 95 % of its values a number, or a number and a unit (``MEASURE``:
+  ``5.8 KB``, ``250ms``, ``12 %``), not a clock, and not named as an identifier (``ID_NAME``: ``id``,
+  ``pid``, ``tid``, ``uuid``, ``port``, ``*_id``, ``orderId``, ``id_2``, ...). Its values differ
+  from object to object because they are measured finely, not because they name something, and a
+  value-only anomaly (a fraudulent amount, a stuck job's duration) lives in exactly such a key,
+  so the starter task keeps it (training.tasks.starter). Why: a checkout stream whose fraud
+  shows only in amounts (two decimals, nearly all distinct) had its ``amount`` left out of the
+  starter task, and the model could not see the fraud (docs/training.md, "Measurements are not
+  ids"). On the twelve LogHub systems the numeric unique keys left out by name are the header's
+  ``pid`` / ``tid`` and the id mask's ``id_N``; kept: counters and durations (``num_N``);
 * ``unique_per_sequence``: each value occurs in one sequence only (ids of the sequence itself,
   e.g. a block id): flagged, kept (the value-link markers of seqenc.links read exactly those);
 * ``numeric``: at least 95 % of its values parse as numbers (numeric bins, seqenc.numeric, can
   read them); ``examples``: a few of its most common values;
 * ``clock``: at least 95 % of its values look like a date, a clock time or a month name
-  (``CLOCK``), or the key is named so (``CLOCK_NAME``: ``date``, ``time``, ``timestamp2``, ... --
-  the names a detected header gives its clock fields, as HDFS's compact ``081109 203615``): a log
-  header's date and time fields, which the object's ``ts`` already holds. A
+  (``CLOCK``), or are Unix times (``EPOCH``: seconds, milliseconds, microseconds or nanoseconds
+  since 1970 that fall between 2000 and 2100), or the key is named so (``CLOCK_NAME``: ``date``,
+  ``time``, ``timestamp2``, ``ts``, ``epoch``, ``created_at``, ... -- the names a detected header
+  gives its clock fields, as HDFS's compact ``081109 203615``): a log header's date and time
+  fields, which the object's ``ts`` already holds, or an event's other clocks. A
   date field takes one value a day, so it is no id within a day (``unique_per_object`` misses
   it), but every later day brings a value the model never saw: scored on day 2, every sequence
   of a model trained on day 1 looked novel (a made-up job log, ``2026-04-01 00:00:03,250 INFO
@@ -55,7 +68,16 @@ CLOCK = re.compile(r"(?i)^(\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./
                    rf"|\d{{1,2}}:\d{{2}}(:\d{{2}})?([.,]\d+)?$|({_MONTHS})\b)")
 
 
-CLOCK_NAME = re.compile(r"(?i)^(date|time|timestamp|datetime)\d*$")
+# a clock's name: a header's date / time fields, ts, epoch, or *_at / *_ts (created_at); not *_time,
+# which names durations as often (response_time, exec_time)
+CLOCK_NAME = re.compile(r"(?i)^(date|time|timestamp|datetime|ts|at|epoch)\d*$|[._-](at|ts)$")
+# Unix times between 2000-01-01 and 2100-01-01, in seconds, ms, µs or ns: [low, high) per unit
+EPOCH = [(946_684_800 * 10 ** e, 4_102_444_800 * 10 ** e) for e in (0, 3, 6, 9)]
+# a number, or a number and a short unit: 42, -0.5, 1e-3, 5.8 KB, 250ms, 12 %
+MEASURE = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*([A-Za-z%µ/]{1,5})?\s*$")
+# a key named as an identifier: its last name part (after ".", "_", "-" or a lower-to-upper case
+# step) is id, pid, tid, uuid, guid or port, with an optional number (the masks' id_2, a header's pid)
+ID_NAME = re.compile(r"(?:^|[._-]|(?<=[a-z])(?=[A-Z]))(?i:id|pid|tid|uuid|guid|port)(?:[_-]?\d+)?$")
 
 
 def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
@@ -67,14 +89,16 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
                                 f"(seqenc ingest events|logs FILE --root {root} --source {source})")
     n_objects = objects.select("sequence_id", "step").unique().height
     n_sequences = objects["sequence_id"].n_unique()
-    numeric = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False).is_not_null()
+    number = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+    numeric = number.is_not_null()
     per_key = (objects.group_by("key").agg(
         pl.len().alias("occurrences"),
         pl.col("value").n_unique().alias("distinct"),
         pl.struct("sequence_id", "step").n_unique().alias("objects"),
         pl.col("sequence_id").n_unique().alias("sequences"),
         numeric.mean().alias("numeric_share"),
-        pl.col("value").str.contains(CLOCK.pattern).mean().alias("clock_share"),
+        pl.col("value").str.contains(MEASURE.pattern).mean().alias("measure_share"),
+        (pl.col("value").str.contains(CLOCK.pattern) | _epoch(number)).mean().alias("clock_share"),
     ))
     # values that occur in one sequence only, per key
     spread = (objects.group_by("key", "value").agg(pl.col("sequence_id").n_unique().alias("n"))
@@ -84,15 +108,19 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
     rows = per_key.join(spread, on="key").join(top, on="key").sort(["objects", "key"], descending=[True, False])
     keys = []
     for r in rows.iter_rows(named=True):
+        unique = r["distinct"] > MIN_DISTINCT and r["distinct"] >= UNIQUE_RATIO * r["occurrences"]
+        numeric = r["numeric_share"] >= NUMERIC_SHARE
+        clock = r["clock_share"] >= CLOCK_SHARE or bool(CLOCK_NAME.search(r["key"]))
         keys.append({
             "key": r["key"],
             "distinct": r["distinct"],
             "share": round(r["objects"] / n_objects, 4),
             "per_sequence": round(r["occurrences"] / r["sequences"], 2),
-            "unique_per_object": r["distinct"] > MIN_DISTINCT and r["distinct"] >= UNIQUE_RATIO * r["occurrences"],
+            "unique_per_object": unique,
             "unique_per_sequence": r["distinct"] > MIN_DISTINCT and r["single_sequence_share"] >= 0.9,
-            "numeric": r["numeric_share"] >= NUMERIC_SHARE,
-            "clock": r["clock_share"] >= CLOCK_SHARE or bool(CLOCK_NAME.match(r["key"])),
+            "numeric": numeric,
+            "clock": clock,
+            "measurement": unique and r["measure_share"] >= NUMERIC_SHARE and not clock and not ID_NAME.search(r["key"]),
             "examples": [v[:40] for v in r["value"]],
         })
     labels = storage.read_labels(root, source).unique("sequence_id", keep="last")
@@ -102,6 +130,14 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
     out = {"source": source, "kind": "logs" if is_logs else "events", "sequences": n_sequences,
            "objects": n_objects, "labels": counts, "keys": keys}
     return out | {"note": few_sequences_note(out, objects)}
+
+
+def _epoch(number: pl.Expr) -> pl.Expr:
+    """Whether a value (as a number) is a Unix time of ``EPOCH``; a value that is no number is not."""
+    out = pl.lit(False)
+    for low, high in EPOCH:
+        out = out | ((number >= low) & (number < high)).fill_null(False)
+    return out
 
 
 def few_sequences_note(profile: dict, objects: pl.DataFrame) -> str | None:
@@ -131,12 +167,13 @@ def profile_table(profile: dict) -> str:
     lines = [f"source {profile['source']} ({profile['kind']}): {profile['sequences']} sequences, "
              f"{profile['objects']} objects; labels: "
              + (", ".join(f"{k} {v}" for k, v in profile["labels"].items()) or "none"),
-             f"{'key':<28} {'distinct':>9} {'share':>6} {'per_seq':>8}  flags                      examples"]
+             f"{'key':<28} {'distinct':>9} {'share':>6} {'per_seq':>8}  flags                                  examples"]
     for k in profile["keys"]:
-        flags = ",".join(name for name in ("unique_per_object", "unique_per_sequence", "numeric", "clock")
+        flags = ",".join(name for name in ("unique_per_object", "unique_per_sequence", "numeric", "clock",
+                                           "measurement")
                          if k.get(name))
         lines.append(f"{k['key'][:28]:<28} {k['distinct']:>9} {k['share']:>6.2f} {k['per_sequence']:>8.1f}  "
-                     f"{flags:<26} {' | '.join(k['examples'])[:60]}")
+                     f"{flags:<38} {' | '.join(k['examples'])[:60]}")
     if profile.get("note"):
         lines.append(f"note: {profile['note']}")
     return "\n".join(lines)

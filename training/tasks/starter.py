@@ -1,8 +1,10 @@
 """A starter task for a profiled source (``seqenc profile``), written into a catalogue file.
 
 :func:`starter_task` turns a profile (parsers.profile.profile_source) into a ``[tasks.<name>]``
-table: the unique-per-object keys and the clock keys (a log header's date and time) left out, the template text of a log source left out (the
-event key carries it), and the kind read from the labels: none -> ``anomaly``, two classes ->
+table: the unique-per-object keys (ids) and the clock keys (a log header's date and time) left out
+-- but not the measurements (numbers that differ per object because they are measured finely: an
+amount, a latency; parsers.profile), where a value-only anomaly lives --, the template text of a
+log source left out (the event key carries it), and the kind read from the labels: none -> ``anomaly``, two classes ->
 ``binary`` (positive: the rarer class, to be checked), more -> ``multiclass``.
 :func:`append_task` writes it into a catalogue file, refusing a name already declared, and
 validates the result.
@@ -19,7 +21,8 @@ from training.tasks.catalog import CatalogError, load_catalog, parse_catalog
 
 def starter_task(profile: dict) -> dict:
     """A ``[tasks.<name>]`` table for the profiled source (module docstring)."""
-    exclude = [k["key"] for k in profile["keys"] if k["unique_per_object"] or k.get("clock")]
+    exclude = [k["key"] for k in profile["keys"]
+               if (k["unique_per_object"] and not k.get("measurement")) or k.get("clock")]
     task: dict = {"source": profile["source"]}
     labels = profile["labels"]
     if len(labels) == 0 or len(labels) == 1:
