@@ -27,7 +27,8 @@ objects (:func:`profile_source`):
   read them); ``examples``: a few of its most common values;
 * ``clock``: at least 95 % of its values look like a date, a clock time or a month name
   (``CLOCK``), or are Unix times (``EPOCH``: seconds, milliseconds, microseconds or nanoseconds
-  since 1970 that fall between 2000 and 2100), or the key is named so (``CLOCK_NAME``: ``date``,
+  since 1970 that fall between 2000 and 2100; a size of 1-4 GB in bytes would read as one too, so
+  the profile prints the flag for a user to check), or the key is named so (``CLOCK_NAME``: ``date``,
   ``time``, ``timestamp2``, ``ts``, ``epoch``, ``created_at``, ... -- the names a detected header
   gives its clock fields, as HDFS's compact ``081109 203615``): a log header's date and time
   fields, which the object's ``ts`` already holds, or an event's other clocks. A
