@@ -1,4 +1,7 @@
-"""The one-line message of a CLI user error, for tests that check what a user reads."""
+"""What a CLI command shows a user, for tests that check it: the one-line message of a user
+error, and the JSON object a command printed."""
+
+import json
 
 import pytest
 
@@ -13,3 +16,10 @@ def cli_error(argv: list[str]) -> str:
     message = str(exc.value.code)
     assert "\n" not in message and "Traceback" not in message
     return message
+
+
+def printed_json(capsys) -> dict:
+    """The JSON object a command printed first (what follows it, e.g. the task ``seqenc profile
+    --write-task`` appended, is not read)."""
+    out = capsys.readouterr().out
+    return json.JSONDecoder().raw_decode(out[out.index("{"):])[0]

@@ -11,18 +11,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 from byod_data import STAGES, write_byod
+from cli_error import printed_json
 
 from parsers import storage
 from seqenc.tokenizer import ValueTokenizer
 from training.cli.main import main
 from training.tasks.catalog import CatalogError, load_catalog
-
-
-def _json(capsys) -> dict:
-    """The JSON object a command printed (before any trailing non-JSON lines)."""
-    out = capsys.readouterr().out
-    start, end = out.index("{"), out.rindex("}")
-    return json.loads(out[start:end + 1])
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +50,7 @@ def test_profile_flags_per_object_ids_and_writes_a_starter_task(byod, capsys, tm
     starter = tmp_path / "starter.toml"
     assert main(["profile", "--root", root, "--source", "orders", "--json", "--write-task", str(starter),
                  "--task-name", "first_try"]) == 0
-    profile = _json(capsys)
+    profile = printed_json(capsys)
     keys = {k["key"]: k for k in profile["keys"]}
     assert keys["request_id"]["unique_per_object"] and not keys["action"]["unique_per_object"]
     assert keys["amount"]["numeric"] and keys["order.channel"]["share"] == 1.0
@@ -71,7 +65,7 @@ def test_profile_flags_per_object_ids_and_writes_a_starter_task(byod, capsys, tm
 def test_train_score_evaluate_a_declared_task(byod, capsys, task):
     work, catalog = byod["work"], str(byod["catalog"])
     assert main(["train", "--catalog", catalog, "--task", task, "--workdir", str(work), "--no-progress"]) == 0
-    result = _json(capsys)
+    result = printed_json(capsys)
     test = result["metrics"]["test"]
     if task == "order_stage":
         assert test["macro_f1"] > 0.5  # 4 classes, chance 0.25: the actions say the stage
@@ -97,7 +91,7 @@ def test_train_score_evaluate_a_declared_task(byod, capsys, task):
         assert (scored["label"] == "breach").mean() == pytest.approx(0.1, abs=1.5 / scored.height)
     capsys.readouterr()
     assert main(["evaluate", "--workdir", str(work), "--task", task, "--catalog", catalog, "--no-progress"]) == 0
-    evaluated = _json(capsys)
+    evaluated = printed_json(capsys)
     assert evaluated["split"] == "test" and evaluated["sequences"] > 0
     for name, value in test.items():  # the same figures from the saved model as from the trainer
         if name in evaluated["metrics"]:
@@ -113,7 +107,7 @@ def test_an_unlabelled_anomaly_task_finds_the_breaches(byod, capsys):
     [day] = storage.ingest_dates(work / "data", "vault")
     capsys.readouterr()
     assert main(["evaluate", "--workdir", str(work), "--task", "vault_watch", "--date", day, "--no-progress"]) == 0
-    metrics = _json(capsys)["metrics"]
+    metrics = printed_json(capsys)["metrics"]
     share = stats["class_counts"]["breach"] / 120
     assert metrics["labelled"] == 120 and metrics["average_precision"] > 2 * share
     # an anomaly task's S(k) end with [END] (training.tasks.kinds (model_defaults)), in training and in

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
+from cli_error import printed_json
 
 from training.cli.main import main
 from training.tasks.catalog import load_catalog
@@ -61,16 +62,12 @@ def stream(tmp_path_factory):
     return {"tmp": tmp, "catalog": catalog, "root": root, "fraud": fraud}
 
 
-def _json(capsys) -> dict:
-    out = capsys.readouterr().out  # the JSON object first; profile then prints the task it appended
-    return json.JSONDecoder().raw_decode(out[out.index("{"):])[0]
-
 
 def test_the_starter_task_keeps_a_measurement_and_leaves_ids_out(stream, capsys):
     capsys.readouterr()
     assert main(["profile", "--root", str(stream["root"]), "--source", "checkout", "--json", "--write-task",
                  str(stream["catalog"]), "--task-name", "watch"]) == 0
-    keys = {k["key"]: k for k in _json(capsys)["keys"]}
+    keys = {k["key"]: k for k in printed_json(capsys)["keys"]}
     # all four differ from object to object; only the amount measures something
     assert all(keys[k]["unique_per_object"] for k in ("amount", "page", "eventId", "request_id", "clock", "sent"))
     assert keys["amount"]["measurement"] and keys["amount"]["numeric"]
@@ -105,7 +102,7 @@ def test_the_starter_task_finds_anomalies_that_live_in_the_measurement(stream, c
         capsys.readouterr()
         assert main(["evaluate", "--catalog", str(catalog), "--task", task, "--workdir", str(work), "--date",
                      DAY, "--no-progress"]) == 0
-        ap[task] = _json(capsys)["metrics"]["average_precision"]
+        ap[task] = printed_json(capsys)["metrics"]["average_precision"]
     share = stream["fraud"] / SESSIONS  # a ranking by chance: average precision about this share (0.067)
     # measured: 0.969 against 0.076 (pretrain_steps 400); with the page size kept as well, 0.332 against 0.074
     assert ap["watch_anomaly"] > 4 * share and ap["watch_blind"] < 2 * share, (ap, share)
