@@ -90,14 +90,13 @@ def profile_source(root: str | Path, source: str, ingest_date=None) -> dict:
                                 f"(seqenc ingest events|logs FILE --root {root} --source {source})")
     n_objects = objects.select("sequence_id", "step").unique().height
     n_sequences = objects["sequence_id"].n_unique()
-    number = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
-    numeric = number.is_not_null()
+    number = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)  # null: not a number
     per_key = (objects.group_by("key").agg(
         pl.len().alias("occurrences"),
         pl.col("value").n_unique().alias("distinct"),
         pl.struct("sequence_id", "step").n_unique().alias("objects"),
         pl.col("sequence_id").n_unique().alias("sequences"),
-        numeric.mean().alias("numeric_share"),
+        number.is_not_null().mean().alias("numeric_share"),
         pl.col("value").str.contains(MEASURE.pattern).mean().alias("measure_share"),
         (pl.col("value").str.contains(CLOCK.pattern) | _epoch(number)).mean().alias("clock_share"),
     ))
