@@ -181,7 +181,7 @@ def test_configs_saved_before_a_field_load_as_they_were_trained():
     loaded = TableConfig.from_dict(old)
     assert loaded.table_match is False and loaded.tableformer_bias_scale == 1.0 and loaded.table_attention == "dense"
     assert loaded.table_row_match is False and loaded.table_row_count == "cells" and not loaded.table_header_match
-    assert (TableConfig().table_match, TableConfig().table_attention) == (True, "tableformer")
+    assert (TableConfig().table_match, TableConfig().table_attention) == (True, "mate")
     assert TableConfig().table_row_match is True and TableConfig().table_row_count == "spans"
     assert TableConfig.from_dict(TableConfig().to_dict()) == TableConfig()
 

@@ -79,19 +79,6 @@ BASELINES = ("majority", "bow_lr", "overlap_lr")
 TABLES, STATEMENTS, TASK = "tables", "statements", "verify"
 # the table encoders' input settings (TableConfig): positions per cell, 512 tokens of text + table
 TABLE_MODEL = {"max_positions": 80, "max_table_tokens": 512, "max_cell_tokens": 16, "max_text_tokens": 64}
-# the bench's training of the scratch table encoders by --size, under --config: at demo, fewer
-# task updates than the size's table_train (3,000), so that the default run on TabFact (7,666
-# training statements of ~260 tokens) fits 90 minutes of this 2-core machine (docs/tables.md);
-# other sizes train as the size says (tiny: the tests' budget). Pre-training at demo: 2,400 updates
-# drawing all four statement kinds (lookups, superlatives, comparisons, counts), chosen on TabFact's
-# dev splits of seeds 0 and 1 (best evaluation 0.608 / 0.592, against 0.597 / 0.587 with the four
-# kinds at 600 updates and 0.586 / 0.592 with lookups only at 600; docs/tables.md, 2026-12-05).
-# lr_task 5e-4 (one schedule over pre-training and task), not the scratch encoders' 1e-3 (chosen on a
-# control task for how fast a cue is learned): dev 0.612 / 0.598 against 0.608 / 0.592 at the same
-# seeds (docs/tables.md, 2026-12-06)
-BENCH_TABLE_TRAIN = {"demo": {"table_pretrain_steps": 2400, "task_steps": 1500, "lr_task": 5e-4,
-                              "table_pretrain_kinds": ["lookup", "superlative", "comparison", "count"]}}
-
 SPLIT_KEY = "bench_split"  # with --test: the test file's statements carry "test" here (Task.split_key)
 CATALOG = """# seqenc bench tables: the ingested tables and statements, and the verification task
 [sources.{tables}]
@@ -230,8 +217,9 @@ def train_variant(variant: str, s: TablesBenchSettings, work: Path, catalog: str
     attention = {"table_attention": "mafid" if ablation else base}
     model = {**(TABLE_MODEL | attention | ablation | wide if mode == "table" else {}), **s.config.get("model", {}),
              **own.get("model", {})}
-    scratch_table = BENCH_TABLE_TRAIN.get(s.size, {}) if mode == "table" and not pretrained else {}
-    train = {**scratch_table, **s.config.get("train", {}), **own.get("train", {})} or None
+    # a scratch table encoder trains as the size's table_train says (training.engine.sizes), as under
+    # `seqenc train --mode table`; --config and the variant's own overrides win
+    train = {**s.config.get("train", {}), **own.get("train", {})} or None
     if pretrained:
         model = {k: v for k, v in model.items() if k not in ("max_positions",)}
     out = work / variant

@@ -76,7 +76,8 @@ PRETRAINED_TRAIN = {"lr_tvm": 5e-5, "lr_ka": 1e-4}
 # 1e-4, is a fine-tuning rate -- right for the MiniLM-initialised encoders, but a scratch dense or
 # MAFiD encoder did not learn even a planted cue at it. Chosen on the dev split of that control
 # task (docs/tables.md, "Learning rate of the scratch table encoders"); a given lr_task still wins.
-# The size's "table_train" adds its lookup pre-training and task steps (training.engine.sizes).
+# The size's "table_train" adds its pre-training and task steps, and at size demo its own lr_task,
+# 5e-4, chosen on TabFact's dev splits (training.engine.sizes).
 # keep_best: the final model is the best dev evaluation's (TabFact, seed 0: dev 0.592 after 500
 # task updates, 0.579 at the end of 1,500; docs/tables.md).
 SCRATCH_TABLE_TRAIN = {"lr_task": 1e-3, "keep_best": True}
