@@ -89,6 +89,11 @@ def test_train_score_evaluate_a_table_task(tabfact, capsys, mode, attention, pre
     assert "label" not in objects["key"].to_list()
     meta = json.loads((work / "models" / "verify" / "bundle" / "metadata.json").read_text())
     assert meta["table_source"] == "tables" and meta["mode"] == mode
+    floor = json.loads((work / "plots" / "verify" / "metrics.json").read_text())["floor"]  # flag-all, beside
+    positive = (splits.filter(pl.col("split") == "test")["label"] == "1").mean()
+    assert floor["test"]["f1"] == pytest.approx(2 * positive / (1 + positive))
+    if mode == "table" and not pretrained:
+        assert result["metrics"]["dev"]["f1"] > floor["dev"]["f1"]
     trained = json.loads((work / "plots" / "verify" / "train_config.json").read_text())
     if mode == "table":  # a scratch table encoder at its own rate, a MiniLM-initialised one at fine-tuning's
         assert trained["train"]["lr_task"] == (TrainConfig.lr_task if pretrained else SCRATCH_TABLE_TRAIN["lr_task"])

@@ -44,12 +44,14 @@ from training.serving.scoring import load_bundle, reference_scores, save_bundle,
 from training.tasks.catalog import SPLITS, load_catalog
 from training.tasks.kinds import get_kind
 from training.tasks.metrics import (
+    below_floor,
     plot_confusion,
     plot_losses,
     plot_pr_curve,
     plot_recall_at_k,
     plot_score_histogram,
     predict,
+    split_floors,
 )
 from training.tasks.sequence_build import CHUNK_SEQUENCES, Ranks, build_sequences
 from training.tasks.spec import TaskSpec, specs_of
@@ -354,7 +356,12 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
         bundle = save_bundle(model, tok, metadata, out / "bundle", trained_ids=trained_ids)
         _plots(plots, task_name, spec.model_task, classes, y, splits, result, trainer.history)
         metrics = {"dev": result["dev"], "test": result["test"], "threshold": result["threshold"],
-                   "seconds": result["seconds"], "best_step": result["best_step"]}  # best_step: keep_best's
+                   "seconds": result["seconds"], "best_step": result["best_step"],  # best_step: keep_best's
+                   "floor": split_floors(y, splits, spec.model_task, UNLABELLED)}  # flag-all / majority
+        warning = below_floor(metrics, metrics["floor"], spec.model_task)
+        if warning:
+            log.warning("task %s: %s", task_name, warning)
+        mlflow.log_metrics({f"floor/{split}/{k}": v for split, m in metrics["floor"].items() for k, v in m.items()})
         (plots / "metrics.json").write_text(json.dumps(metrics, indent=2))
         (plots / "train_config.json").write_text(json.dumps({"model": config.to_dict(), "train": asdict(train_cfg)},
                                                             indent=2))

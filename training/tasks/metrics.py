@@ -51,6 +51,46 @@ def task_metrics(y: np.ndarray, pred: np.ndarray, task: str) -> dict[str, float]
     return out
 
 
+def split_floors(y: np.ndarray, splits: dict[str, np.ndarray], task: str,
+                 unlabelled: int = -1) -> dict[str, dict[str, float]]:
+    """The floor beside each split's figures ({"dev": ..., "test": ...}): :func:`task_metrics` of a
+    constant prediction -- every sequence positive for a binary task (flag-all: its F1 is what a
+    model must beat; on a balanced task 0.67), the train split's most frequent class for a C-way
+    one (majority). Only labelled rows count; {} for a ranking task or a task without train labels."""
+    if get_kind(task).ranks_items:
+        return {}
+    train = y[splits["train"]]
+    train = train[train != unlabelled]
+    if not len(train):
+        return {}
+    constant = 1 if task == "binary" else int(np.bincount(train).argmax())
+    out = {}
+    for split in ("dev", "test"):
+        labels = y[splits[split]]
+        labels = labels[labels != unlabelled]
+        if len(labels):
+            out[split] = task_metrics(labels, np.full(len(labels), constant), task)
+    return out
+
+
+def below_floor(metrics: dict, floors: dict, task: str) -> str | None:
+    """A warning when the dev headline does not beat its floor (:func:`split_floors`), else None.
+    Why (2026-12-07): a balanced table task declared ``binary`` got a dev-fitted threshold for the
+    positive class's F1 that called 87 % of the test statements true -- F1 0.660 against 0.674 for
+    calling all of them true, accuracy 0.543 (docs/tables.md, "Table tasks")."""
+    key = headline(task)
+    if "dev" not in floors or key not in metrics.get("dev", {}):
+        return None
+    got, floor = metrics["dev"][key], floors["dev"][key]
+    if got > floor:
+        return None
+    what = "flagging every sequence" if task == "binary" else "predicting the train split's most frequent class"
+    hint = (" For two balanced classes judged by accuracy declare kind = \"multiclass\" (the more probable"
+            " class) instead of binary (a threshold fitted for the positive class's F1)." if task == "binary" else "")
+    return (f"dev {key} {got:.3f} does not beat {what} ({floor:.3f}): the model adds nothing measurable "
+            f"over the class shares.{hint}")
+
+
 RANK_KS = (1, 5, 10)
 
 
