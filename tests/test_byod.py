@@ -96,6 +96,10 @@ def test_train_score_evaluate_a_declared_task(byod, capsys, task):
     for name, value in test.items():  # the same figures from the saved model as from the trainer
         if name in evaluated["metrics"]:
             assert evaluated["metrics"][name] == pytest.approx(value, abs=1e-6), name
+    floor = evaluated["floor"]  # beside them the same floor as the trainer's: the model's train majority or flag-all
+    assert floor["rule"] == ("train majority" if task == "order_stage" else "flag-all")
+    for name, value in result["metrics"]["floor"]["test"].items():
+        assert floor[name] == pytest.approx(value, abs=1e-6), name
 
 
 def test_an_unlabelled_anomaly_task_finds_the_breaches(byod, capsys):

@@ -41,3 +41,28 @@ def test_a_dev_figure_at_its_floor_is_told_and_one_above_it_is_not():
     told = below_floor({"dev": {"macro_f1": 0.30}}, floors, "multiclass")
     assert "most frequent class (0.336)" in told and "kind =" not in told
     assert below_floor({"dev": {}}, {}, "binary") is None
+
+
+def test_one_constant_rule_and_seqenc_evaluate_s_floor_without_a_train_split():
+    """constant_class is the one rule behind every floor (trainings, bench accuracy's
+    always_positive, the depth study); ``seqenc evaluate`` on data without the model's train split
+    takes the evaluated rows' own majority and says so."""
+    import polars as pl
+
+    from training.serving.evaluate import prediction_floor
+    from training.tasks.catalog import parse_catalog
+    from training.tasks.metrics import constant_class
+
+    assert constant_class(np.array([0, 0, 1]), "binary") == 1  # flag-all whatever the shares
+    assert constant_class(np.array([2, 1, 1, 2]), "multiclass") == 1  # a tie goes to the lower index
+    with pytest.raises(ValueError, match="labelled train rows"):
+        constant_class(np.array([], dtype=np.int64), "multiclass")
+    catalog = parse_catalog({"sources": {"s": {"kind": "events"}},
+                             "tasks": {"t": {"source": "s", "kind": "multiclass"}}})
+    task, classes = catalog.task("t"), ["a", "b", "c"]
+    predictions = pl.DataFrame({"sequence_id": ["1", "2", "3", "4"], "prediction": ["a", "a", "b", "c"],
+                                "score": [0.5] * 4, "label": ["c", "c", "b", None]})
+    own = prediction_floor(predictions, task, classes)
+    assert own["rule"] == "majority of the evaluated rows" and own["micro_f1"] == pytest.approx(2 / 3)
+    trained = prediction_floor(predictions, task, classes, train_labels=["b", "b", "a"])
+    assert trained["rule"] == "train majority" and trained["micro_f1"] == pytest.approx(1 / 3)

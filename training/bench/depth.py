@@ -90,23 +90,19 @@ def floor_rows(task: str, metric: str, objects, labels: dict, split: dict, exclu
 
     from training.tasks.baselines import count_baseline, value_count_dataset
     from training.tasks.dataset import LabelledDataset
+    from training.tasks.metrics import split_floors
 
     ids = sorted(split)
-    y = {p: np.array([names.index(labels[i]) for i in ids if split[i] == p]) for p in ("train", "dev", "test")}
+    kind = "binary" if metric == "f1" else "multiclass"
+    y = np.array([names.index(labels[i]) for i in ids])
+    parts = np.array([split[i] for i in ids])
+    floors = split_floors(y, {p: np.flatnonzero(parts == p) for p in ("train", "dev", "test")}, kind)
+    key = "f1" if metric == "f1" else "micro_f1"  # accuracy = micro F1 of one prediction a row
     base = {"task": task, "depth": None, "seed": None, "dev_loss": None, "final_train_loss": None,
             "metric_name": metric, "fixup_mu": None, "diverged": False}
-    rows = []
-    if metric == "f1":
-        from training.tasks.metrics import task_metrics
-
-        rows.append(base | {"init": "always_positive",
-                            **{k: task_metrics(y[p], np.ones_like(y[p]), "binary")["f1"]
-                               for k, p in (("metric", "test"), ("dev_metric", "dev"))}})
-    else:
-        top = int(np.bincount(y["train"], minlength=len(names)).argmax())
-        rows.append(base | {"init": "majority", "metric": float(np.mean(y["test"] == top)),
-                            "dev_metric": float(np.mean(y["dev"] == top))})
-    ds = LabelledDataset(task, "binary" if metric == "f1" else "multiclass", tuple(names),
+    rows = [base | {"init": "always_positive" if metric == "f1" else "majority",
+                    "metric": floors["test"][key], "dev_metric": floors["dev"][key]}]
+    ds = LabelledDataset(task, kind, tuple(names),
                       objects.filter(pl.col("sequence_id").is_in(ids)),
                       pl.DataFrame({"sequence_id": ids, "label": [labels[i] for i in ids]}),
                       pl.DataFrame({"sequence_id": ids, "split": [split[i] for i in ids]}), "", tuple(exclude),

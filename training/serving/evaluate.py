@@ -31,11 +31,25 @@ from sklearn.metrics import average_precision_score
 from parsers import objectstore, storage
 from parsers.names import check_name
 from training.tasks.catalog import Task
-from training.tasks.metrics import ranking_metrics, ranking_metrics_of_lists, task_metrics
+from training.tasks.metrics import below_floor, constant_class, ranking_metrics, ranking_metrics_of_lists, task_metrics
 from training.tasks.spec import TaskSpec, resolve_task
 from training.tasks.task_data import read_task, read_task_objects, task_objects
 
 log = logging.getLogger(__name__)
+
+
+def _labelled(predictions: pl.DataFrame, task: Task, classes: list[str]) -> tuple[pl.DataFrame, np.ndarray]:
+    """The labelled rows of a predictions table and their class indices (an anomaly task: the
+    positive label against the rest)."""
+    rows = predictions.filter(pl.col("label").is_not_null())
+    labels = rows["label"].cast(pl.String).to_list()
+    if not task.kind_spec.labelled:  # labels only evaluate it: the positive label against the rest
+        return rows, np.array([int(v == task.positive) for v in labels], dtype=np.int64)
+    unknown = sorted(set(labels) - set(classes))
+    if unknown:
+        raise ValueError(f"labels {unknown[:5]} are not among the model's classes {classes}; evaluate with a model "
+                         "of this task")
+    return rows, np.array([classes.index(v) for v in labels], dtype=np.int64)
 
 
 def prediction_metrics(predictions: pl.DataFrame, task: Task, classes: list[str]) -> dict:
@@ -46,21 +60,35 @@ def prediction_metrics(predictions: pl.DataFrame, task: Task, classes: list[str]
     if task.kind_spec.ranks_items:
         return {**ranking_metrics_of_lists(rows["label"].cast(pl.String).to_list(), rows["top_items"].to_list()),
                 "labelled": rows.height}
-    labels = rows["label"].cast(pl.String).to_list()
-    if not task.kind_spec.labelled:  # labels only evaluate it: the positive label against the rest
-        y = np.array([int(v == task.positive) for v in labels])
-    else:
-        unknown = sorted(set(labels) - set(classes))
-        if unknown:
-            raise ValueError(f"labels {unknown[:5]} are not among the model's classes {classes}; evaluate with a model "
-                             "of this task")
-        y = np.array([classes.index(v) for v in labels])
+    rows, y = _labelled(predictions, task, classes)
     pred = np.array([classes.index(v) for v in rows["prediction"].to_list()])
     kind = task.kind_spec.head  # the model's head: an anomaly task's is binary
     out = {**task_metrics(y, pred, kind), "labelled": rows.height}
     if kind == "binary" and len(set(y.tolist())) == 2:
         out["average_precision"] = float(average_precision_score(y, rows["score"].to_numpy()))
     return out
+
+
+def prediction_floor(predictions: pl.DataFrame, task: Task, classes: list[str],
+                     train_labels: list[str] | None = None) -> dict:
+    """The floor beside :func:`prediction_metrics`, on the same labelled rows: the metrics of one
+    constant prediction (training.tasks.metrics.constant_class) -- every sequence positive for a
+    binary or anomaly task (``rule`` "flag-all"), else the most frequent class of ``train_labels``
+    (the model's train split: "train majority") or, without them, of the evaluated rows themselves
+    ("majority of the evaluated rows", a floor no lower than the train one). {} for a ranking task
+    or no labelled row."""
+    if task.kind_spec.ranks_items or predictions.filter(pl.col("label").is_not_null()).height == 0:
+        return {}
+    _, y = _labelled(predictions, task, classes)
+    kind = task.kind_spec.head
+    if kind == "binary":
+        rule, constant = "flag-all", constant_class(y, kind)
+    elif train_labels:
+        known = [classes.index(v) for v in train_labels if v in classes]
+        rule, constant = "train majority", constant_class(np.array(known, dtype=np.int64), kind)
+    else:
+        rule, constant = "majority of the evaluated rows", constant_class(y, kind)
+    return {"rule": rule, **task_metrics(y, np.full(len(y), constant), kind)}
 
 
 def task_of_workdir(workdir: str | Path, name: str, catalog=None) -> TaskSpec:
@@ -121,8 +149,21 @@ def evaluate_task(workdir: str | Path, task: TaskSpec, model: str | None = None,
         classes = list(bundle.model.config.class_names or classes or [])
         predictions = score_objects(bundle, objects, progress=progress)
     predictions = predictions.join(chosen, on="sequence_id", how="left")
+    train_labels = None
+    if (seq_dir / "splits.parquet").is_file():  # the model's train split, for a C-way task's majority floor
+        train = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("split") == "train")
+        train_labels = train.drop_nulls("label")["label"].cast(pl.String).to_list()
+    metrics = prediction_metrics(predictions, task, classes)
+    floor = prediction_floor(predictions, task, classes, train_labels)
+    if floor:
+        what = {"flag-all": "flagging every sequence", "train majority": "predicting the train split's most "
+                "frequent class"}.get(floor["rule"], "predicting the evaluated rows' most frequent class")
+        name = split or "evaluated"
+        warning = below_floor({name: metrics}, {name: floor}, task.kind_spec.head, name, what)
+        if warning:
+            log.warning("%s", warning)
     return {"task": task_name, "model": str(model), "split": split, "dates": dates,
-            "sequences": predictions.height, "metrics": prediction_metrics(predictions, task, classes)}
+            "sequences": predictions.height, "metrics": metrics, "floor": floor}
 
 
 def count_baseline_metrics(workdir: str | Path, task_name: str, seed: int = 0) -> dict | None:

@@ -123,19 +123,19 @@ def always_positive(ds: LabelledDataset) -> dict:
     Anomaly). Test precision = the test prevalence, recall 1, F1 = 2p / (1 + p); the negative
     class's F1 is 0, so macro F1 = F1 / 2; micro F1 = accuracy = p. ``dev_f1`` likewise on dev;
     ``average_precision`` (test and dev) of the constant score is the prevalence too."""
-    from training.tasks.metrics import binary_ranking, task_metrics
+    from training.tasks.metrics import binary_ranking, split_floors
 
     if ds.task != "binary":
         raise ValueError(f"{ds.name}: always_positive needs a binary task, not {ds.task}")
     start = time.perf_counter()
     rows = ds.split.join(ds.labels, on="sequence_id")
-    y = {s: (rows.filter(pl.col("split") == s)["label"] == ds.class_names[1]).to_numpy().astype(np.int64)
-         for s in ("dev", "test")}
-    result = task_metrics(y["test"], np.ones_like(y["test"]), "binary")
-    result["dev_f1"] = task_metrics(y["dev"], np.ones_like(y["dev"]), "binary")["f1"]
+    y = (rows["label"] == ds.class_names[1]).to_numpy().astype(np.int64)
+    parts = rows["split"].to_numpy()
+    floors = split_floors(y, {s: np.flatnonzero(parts == s) for s in ("train", "dev", "test")}, "binary")
+    result = dict(floors["test"]) | {"dev_f1": floors["dev"]["f1"]}
     for prefix, part in (("", "test"), ("dev_", "dev")):
-        ranking = binary_ranking(y[part], np.ones(len(y[part])))
-        result[f"{prefix}average_precision"] = ranking.get("average_precision")
+        labels = y[parts == part]
+        result[f"{prefix}average_precision"] = binary_ranking(labels, np.ones(len(labels))).get("average_precision")
     return result | {"seconds": round(time.perf_counter() - start, 3)}
 
 

@@ -51,19 +51,32 @@ def task_metrics(y: np.ndarray, pred: np.ndarray, task: str) -> dict[str, float]
     return out
 
 
+def constant_class(y_train: np.ndarray, task: str) -> int:
+    """The one prediction of a task's floor: class 1 for a binary task (flag-all: every sequence
+    positive), the most frequent class of ``y_train`` (labelled train rows) for a C-way one
+    (majority; ties to the lower index). The one rule behind :func:`split_floors`, the benches'
+    ``always_positive`` row (training.tasks.baselines) and the depth study's floor rows."""
+    if task == "binary":
+        return 1
+    if not len(y_train):
+        raise ValueError("a majority floor needs labelled train rows")
+    return int(np.bincount(y_train).argmax())
+
+
 def split_floors(y: np.ndarray, splits: dict[str, np.ndarray], task: str,
                  unlabelled: int = -1) -> dict[str, dict[str, float]]:
     """The floor beside each split's figures ({"dev": ..., "test": ...}): :func:`task_metrics` of a
-    constant prediction -- every sequence positive for a binary task (flag-all: its F1 is what a
-    model must beat; on a balanced task 0.67), the train split's most frequent class for a C-way
-    one (majority). Only labelled rows count; {} for a ranking task or a task without train labels."""
+    constant prediction (:func:`constant_class`) -- every sequence positive for a binary task
+    (flag-all: its F1 is what a model must beat; on a balanced task 0.67), the train split's most
+    frequent class for a C-way one (majority). Only labelled rows count; {} for a ranking task,
+    and for a C-way task without train labels."""
     if get_kind(task).ranks_items:
         return {}
-    train = y[splits["train"]]
+    train = y[splits["train"]] if "train" in splits else y[:0]
     train = train[train != unlabelled]
-    if not len(train):
+    if task != "binary" and not len(train):
         return {}
-    constant = 1 if task == "binary" else int(np.bincount(train).argmax())
+    constant = constant_class(train, task)
     out = {}
     for split in ("dev", "test"):
         labels = y[splits[split]]
@@ -73,21 +86,22 @@ def split_floors(y: np.ndarray, splits: dict[str, np.ndarray], task: str,
     return out
 
 
-def below_floor(metrics: dict, floors: dict, task: str) -> str | None:
-    """A warning when the dev headline does not beat its floor (:func:`split_floors`), else None.
+def below_floor(metrics: dict, floors: dict, task: str, split: str = "dev", what: str | None = None) -> str | None:
+    """A warning when ``split``'s headline does not beat its floor (:func:`split_floors`), else None;
+    ``what`` names the constant prediction when it is not the default one of :func:`constant_class`.
     Why (2026-12-07): a balanced table task declared ``binary`` got a dev-fitted threshold for the
     positive class's F1 that called 83 % of the test statements true -- F1 0.660 against 0.674 for
     calling all of them true, accuracy 0.543 (docs/tables.md, "Table tasks")."""
     key = headline(task)
-    if "dev" not in floors or key not in metrics.get("dev", {}):
+    if split not in floors or key not in metrics.get(split, {}):
         return None
-    got, floor = metrics["dev"][key], floors["dev"][key]
+    got, floor = metrics[split][key], floors[split][key]
     if got > floor:
         return None
-    what = "flagging every sequence" if task == "binary" else "predicting the train split's most frequent class"
+    what = what or ("flagging every sequence" if task == "binary" else "predicting the train split's most frequent class")
     hint = (" For two balanced classes judged by accuracy declare kind = \"multiclass\" (the more probable"
             " class) instead of binary (a threshold fitted for the positive class's F1)." if task == "binary" else "")
-    return (f"dev {key} {got:.3f} does not beat {what} ({floor:.3f}): the model adds nothing measurable "
+    return (f"{split} {key} {got:.3f} does not beat {what} ({floor:.3f}): the model adds nothing measurable "
             f"over the class shares.{hint}")
 
 
