@@ -62,10 +62,13 @@ SUGGESTED_WINDOWS = 200  # the note's log window cuts the time span into about t
 CLOCK_SHARE = 0.95
 _MONTHS = ("Jan(uary)?|Feb(ruary)?|Mar(ch)?|Apr(il)?|May|June?|July?|Aug(ust)?|Sep(tember)?|Oct(ober)?"
            "|Nov(ember)?|Dec(ember)?")
-# a date (2026-04-01, 2005.06.03, 04/01/2026; not an IP address such as 10.0.10.1), a clock time
-# (00:00:03,250), or a month name, at the start of the value; what follows a date may be anything
-# (2005-06-03-15.42.50.675872, 2026-03-01T00:00:01Z). Case-insensitive; polars reads it as is
-CLOCK = re.compile(r"(?i)^(\d{4}[-./]\d{1,2}[-./]\d{1,2}|\d{1,2}[-./]\d{1,2}[-./]\d{2,4}([^.\d]|$)"
+# a date (2026-04-01, 2005.06.03, 04/01/2026, 06.01.26; not an IP address such as 10.0.10.1, nor
+# a dotted version such as jetty-6.1.26's 6.1.26: a day-first date with dots has a four-digit year
+# or two-digit day, month and year), a clock time (00:00:03,250), or a month name, at the start of
+# the value; what follows a date may be anything (2005-06-03-15.42.50.675872, 2026-03-01T00:00:01Z).
+# Case-insensitive; polars reads it as is (its regex engine has no back-references)
+CLOCK = re.compile(r"(?i)^(\d{4}[-./]\d{1,2}[-./]\d{1,2}"
+                   r"|((\d{1,2}-\d{1,2}-|\d{1,2}/\d{1,2}/)\d{2,4}|\d{2}\.\d{2}\.\d{2}|\d{1,2}\.\d{1,2}\.\d{4})([^.\d]|$)"
                    rf"|\d{{1,2}}:\d{{2}}(:\d{{2}})?([.,]\d+)?$|({_MONTHS})\b)")
 
 

@@ -147,3 +147,10 @@ def test_the_profile_leaves_a_log_headers_date_and_time_out(tmp_path):
 
     assert CLOCK_NAME.search("date") and CLOCK_NAME.search("Timestamp2") and not CLOCK_NAME.search("update")
     assert CLOCK_NAME.search("created_at") and not CLOCK_NAME.search("response_time")  # a duration
+    # dates, and what only looks like them: a dotted version (Hadoop's jetty-6.1.26), an address
+    from parsers.profile import CLOCK
+
+    dates = ["2026-04-01", "2005.06.03", "04/01/2026", "4/1/26", "06.01.26", "1.12.2024", "17-06-09 x", "Jun"]
+    assert all(CLOCK.search(v) for v in dates) and pl.Series(dates).str.contains(CLOCK.pattern).all()
+    others = ["6.1.26", "1.2.3", "10.0.10.1", "12.11.10.1", "3.14", "1.2.2024.5"]
+    assert not any(CLOCK.search(v) for v in others) and not pl.Series(others).str.contains(CLOCK.pattern).any()
