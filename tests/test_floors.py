@@ -41,6 +41,8 @@ def test_a_dev_figure_at_its_floor_is_told_and_one_above_it_is_not():
     told = below_floor({"dev": {"macro_f1": 0.30}}, floors, "multiclass")
     assert "most frequent class (0.336)" in told and "kind =" not in told
     assert below_floor({"dev": {}}, {}, "binary") is None
+    anomaly = below_floor({"dev": {"f1": 0.5}}, floors, "binary", declared="anomaly")  # a binary head, no advice
+    assert "flagging every sequence" in anomaly and "multiclass" not in anomaly
 
 
 def test_one_constant_rule_and_seqenc_evaluate_s_floor_without_a_train_split():

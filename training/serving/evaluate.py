@@ -159,7 +159,7 @@ def evaluate_task(workdir: str | Path, task: TaskSpec, model: str | None = None,
         what = {"flag-all": "flagging every sequence", "train majority": "predicting the train split's most "
                 "frequent class"}.get(floor["rule"], "predicting the evaluated rows' most frequent class")
         name = split or "evaluated"
-        warning = below_floor({name: metrics}, {name: floor}, task.kind_spec.head, name, what)
+        warning = below_floor({name: metrics}, {name: floor}, task.kind_spec.head, name, what, declared=task.kind)
         if warning:
             log.warning("%s", warning)
     return {"task": task_name, "model": str(model), "split": split, "dates": dates,

@@ -86,9 +86,12 @@ def split_floors(y: np.ndarray, splits: dict[str, np.ndarray], task: str,
     return out
 
 
-def below_floor(metrics: dict, floors: dict, task: str, split: str = "dev", what: str | None = None) -> str | None:
+def below_floor(metrics: dict, floors: dict, task: str, split: str = "dev", what: str | None = None,
+                declared: str | None = None) -> str | None:
     """A warning when ``split``'s headline does not beat its floor (:func:`split_floors`), else None;
-    ``what`` names the constant prediction when it is not the default one of :func:`constant_class`.
+    ``what`` names the constant prediction when it is not the default one of :func:`constant_class`;
+    ``declared``: the catalogue's kind when it differs from the head's ``task`` (an ``anomaly`` task's
+    head is binary, and the advice to declare ``multiclass`` is for a declared ``binary`` task only).
     Why (2026-12-07): a balanced table task declared ``binary`` got a dev-fitted threshold for the
     positive class's F1 that called 83 % of the test statements true -- F1 0.660 against 0.674 for
     calling all of them true, accuracy 0.543 (docs/tables.md, "Table tasks")."""
@@ -100,7 +103,8 @@ def below_floor(metrics: dict, floors: dict, task: str, split: str = "dev", what
         return None
     what = what or ("flagging every sequence" if task == "binary" else "predicting the train split's most frequent class")
     hint = (" For two balanced classes judged by accuracy declare kind = \"multiclass\" (the more probable"
-            " class) instead of binary (a threshold fitted for the positive class's F1)." if task == "binary" else "")
+            " class) instead of binary (a threshold fitted for the positive class's F1)."
+            if (declared or task) == "binary" else "")
     return (f"{split} {key} {got:.3f} does not beat {what} ({floor:.3f}): the model adds nothing measurable "
             f"over the class shares.{hint}")
 
