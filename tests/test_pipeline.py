@@ -49,9 +49,29 @@ def test_summary_has_the_documented_fields(demo):
     assert milestone["value_counts"] == VALUE_COUNT_BUCKETS and anomaly["value_counts"] == 0
     for values in summary["metrics"].values():
         assert all(0.0 <= v <= 1.0 for v in values.values())
+    # beside them the floor: flag-all for the binary task (F1 = 2p / (1 + p)), the train majority for
+    # the multiclass one, none for a ranking
+    assert set(summary["floors"]) == {"anomaly", "milestone"}
+    p = summary["floors"]["anomaly"]["precision"]
+    assert summary["floors"]["anomaly"]["recall"] == 1.0 and summary["floors"]["anomaly"]["f1"] == pytest.approx(2 * p / (1 + p))
+    splits = pl.read_parquet(out / "sequences" / "milestone" / "splits.parquet")
+    top = splits.filter(pl.col("split") == "train")["label"].mode().sort()[0]  # ties: the first class name
+    test = splits.filter(pl.col("split") == "test")["label"]
+    assert summary["floors"]["milestone"]["micro_f1"] == pytest.approx(float((test == top).mean()))
     assert summary["mlflow_tracking_uri"] == f"sqlite:///{out / 'mlflow.db'}"
     assert len(summary["run_ids"]) == 3 and summary["seconds"] > 0
     assert [p.split("/")[-2:] for p in summary["predictions"]] == [[task, "test.parquet"] for task in TASKS]
+
+
+def test_the_printed_summary_shows_each_floor_under_its_model(demo, capsys):
+    from training.cli.main import _print_summary
+
+    _, summary = demo
+    _print_summary(summary)
+    lines = capsys.readouterr().out.splitlines()
+    floor = [line for line in lines if line.split()[:1] == ["floor"]]
+    assert len(floor) == 2 and f"f1={summary['floors']['anomaly']['f1']:.3f}" in floor[0]
+    assert lines[lines.index(floor[0]) - 1].startswith("anomaly")  # right under the task's TVM-KA row
 
 
 TASKS = ("anomaly", "milestone", "next_item")

@@ -462,7 +462,8 @@ def stage_score(workdir: str, task_name: str, split: str = "test", progress: boo
 def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = True,
              pretrained: str | None = None, pretrained_layers: int | None = None, catalog=None) -> dict:
     """Every task of the catalogue (default: the shipped one) on the built-in data its sources'
-    ``demo_generator`` writes: generate, ingest, sequences, train, score; plus the count
+    ``demo_generator`` writes: generate, ingest, sequences, train, score; plus each task's floor
+    on its test split (flag-all or the train majority; none for next_item), the count
     baseline of each task on the same split (training.serving.evaluate.count_baseline_metrics) and, for
     next_item tasks, the ranking of each sequence's own items (history_rank_metrics)."""
     t0 = time.time()
@@ -473,8 +474,8 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
     shutil.rmtree(out / "data", ignore_errors=True)  # re-running the demo replaces its data partitions
     ingest = {name: stage_ingest(str(out), name, files["path"], files["labels"], catalog=catalog)
               for name, files in raw.items()}
-    summary = {"metrics": {}, "baselines": {}, "history_baselines": {}, "run_ids": [], "predictions": [], "ingest": {},
-               "test_metrics_from_predictions": {}}
+    summary = {"metrics": {}, "floors": {}, "baselines": {}, "history_baselines": {}, "run_ids": [], "predictions": [],
+               "ingest": {}, "test_metrics_from_predictions": {}}
     for task in specs_of(catalog):
         task_name = task.name
         if task.source not in ingest:
@@ -487,6 +488,8 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
                               pretrained_layers=pretrained_layers)
         scored = stage_score(str(out), task_name, progress=progress, ingest_date=date)
         summary["metrics"][task_name] = trained["metrics"]["test"]
+        if trained["metrics"]["floor"]:  # flag-all / train majority on the test split (split_floors)
+            summary["floors"][task_name] = trained["metrics"]["floor"]["test"]
         summary["baselines"][task_name] = count_baseline_metrics(str(out), task_name, seed)
         if task.kind_spec.baseline == "own_items":  # the sequence's own items, most frequent first: no training
             summary["history_baselines"][task_name] = history_rank_metrics(str(out), task_name)
