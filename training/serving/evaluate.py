@@ -37,6 +37,8 @@ from training.tasks.task_data import read_task, read_task_objects, task_objects
 
 log = logging.getLogger(__name__)
 
+OWN_MAJORITY = "majority of the evaluated rows"  # prediction_floor's rule without the model's train split
+
 
 def _labelled(predictions: pl.DataFrame, task: Task, classes: list[str]) -> tuple[pl.DataFrame, np.ndarray]:
     """The labelled rows of a predictions table and their class indices (an anomaly task: the
@@ -77,9 +79,11 @@ def prediction_floor(predictions: pl.DataFrame, task: Task, classes: list[str],
     (the model's train split: "train majority") or, without them, of the evaluated rows themselves
     ("majority of the evaluated rows", a floor no lower than the train one). {} for a ranking task
     or no labelled row."""
-    if task.kind_spec.ranks_items or predictions.filter(pl.col("label").is_not_null()).height == 0:
+    if task.kind_spec.ranks_items:
         return {}
     _, y = _labelled(predictions, task, classes)
+    if not len(y):
+        return {}
     kind = task.kind_spec.head
     if kind == "binary":
         rule, constant = "flag-all", constant_class(y, kind)
@@ -87,7 +91,7 @@ def prediction_floor(predictions: pl.DataFrame, task: Task, classes: list[str],
         known = [classes.index(v) for v in train_labels if v in classes]
         rule, constant = "train majority", constant_class(np.array(known, dtype=np.int64), kind)
     else:
-        rule, constant = "majority of the evaluated rows", constant_class(y, kind)
+        rule, constant = OWN_MAJORITY, constant_class(y, kind)
     return {"rule": rule, **task_metrics(y, np.full(len(y), constant), kind)}
 
 
@@ -122,12 +126,13 @@ def evaluate_task(workdir: str | Path, task: TaskSpec, model: str | None = None,
         raise FileNotFoundError(f"source {task.source!r} has no labels under {root}: nothing to evaluate "
                                 "against; ingest labels with --labels")
     chosen = labels
+    splits = pl.read_parquet(seq_dir / "splits.parquet") if (seq_dir / "splits.parquet").is_file() else None
     if split is not None or dates is None:
         split = split or "test"
-        if not (seq_dir / "splits.parquet").is_file():
+        if splits is None:
             raise FileNotFoundError(f"{seq_dir} has no splits: train the task in this work directory first, or "
                                     "give --date to evaluate on every labelled sequence of those days")
-        ids = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("split") == split).select("sequence_id")
+        ids = splits.filter(pl.col("split") == split).select("sequence_id")
         chosen = chosen.join(ids, on="sequence_id", how="semi")
     objects = read_task_objects(root, task, dates)
     objects = objects.join(chosen.select("sequence_id"), on="sequence_id", how="semi")
@@ -149,15 +154,13 @@ def evaluate_task(workdir: str | Path, task: TaskSpec, model: str | None = None,
         classes = list(bundle.model.config.class_names or classes or [])
         predictions = score_objects(bundle, objects, progress=progress)
     predictions = predictions.join(chosen, on="sequence_id", how="left")
-    train_labels = None
-    if (seq_dir / "splits.parquet").is_file():  # the model's train split, for a C-way task's majority floor
-        train = pl.read_parquet(seq_dir / "splits.parquet").filter(pl.col("split") == "train")
-        train_labels = train.drop_nulls("label")["label"].cast(pl.String).to_list()
+    train_labels = None  # the model's train split, for a C-way task's majority floor
+    if splits is not None:
+        train_labels = splits.filter(pl.col("split") == "train").drop_nulls("label")["label"].cast(pl.String).to_list()
     metrics = prediction_metrics(predictions, task, classes)
     floor = prediction_floor(predictions, task, classes, train_labels)
-    if floor:
-        what = {"flag-all": "flagging every sequence", "train majority": "predicting the train split's most "
-                "frequent class"}.get(floor["rule"], "predicting the evaluated rows' most frequent class")
+    if floor:  # below_floor names flag-all and the train majority itself
+        what = "predicting the evaluated rows' most frequent class" if floor["rule"] == OWN_MAJORITY else None
         name = split or "evaluated"
         warning = below_floor({name: metrics}, {name: floor}, task.kind_spec.head, name, what, declared=task.kind)
         if warning:
