@@ -43,18 +43,14 @@ def _print_summary(summary: dict) -> None:
     rows = []
     for task, metrics in summary["metrics"].items():
         rows.append((task, "TVM-KA", "  ".join(f"{k}={v:.3f}" for k, v in metrics.items())))
-        floor = (summary.get("floors") or {}).get(task)
-        if floor:  # one constant prediction: flagging every sequence, or the train split's majority class
-            shown = {k: v for k, v in floor.items() if k in metrics}
-            rows.append(("", "floor", "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
-        baseline = (summary.get("baselines") or {}).get(task)
-        if baseline:  # the simplest model on the same split: what TVM-KA adds
-            shown = {k: v for k, v in baseline.items() if k in metrics and isinstance(v, int | float)}
-            rows.append(("", "counts LR", "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
-        history = (summary.get("history_baselines") or {}).get(task)
-        if history:  # next_item: the sequence's own items, most frequent first
-            shown = {k: v for k, v in history.items() if k in metrics and isinstance(v, int | float)}
-            rows.append(("", "own items", "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
+        # beside it: the floor (one constant prediction: every sequence flagged, or the train split's
+        # majority class), the simplest model on the same split (what TVM-KA adds) and, for next_item,
+        # the sequence's own items, most frequent first
+        for label, part in (("floor", "floors"), ("counts LR", "baselines"), ("own items", "history_baselines")):
+            peer = (summary.get(part) or {}).get(task)
+            if peer:
+                shown = {k: v for k, v in peer.items() if k in metrics and isinstance(v, int | float)}
+                rows.append(("", label, "  ".join(f"{k}={v:.3f}" for k, v in shown.items())))
     width = max(len(t) for t, _, _ in rows)
     print("\nseqenc demo — test-split metrics (TVM-KA, interleaved training; floor: every sequence flagged (binary) "
           "or the train split's majority class; counts LR: logistic regression on value counts, same split; own "
