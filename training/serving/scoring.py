@@ -212,8 +212,8 @@ def window_rule(task) -> dict | None:
       of normal scores, which no share of anomalies in a scored day moves;
     * no threshold given: ``label_free``, a modified z-score above 3.5 among the window's scores
       (training.engine.unlabelled.label_free_threshold: median and MAD, robust to the anomalies in it,
-      scores below 0 read as 0 and the spread at least 1.5 nats, so neither the tail line's
-      extrapolation nor a tight block of unsurprising scores sets it).
+      scores below 0 read as 0 and the spread at least that of calibrated tail scores, 0.713 nats,
+      so neither the tail line's extrapolation nor a tight block of unsurprising scores sets it).
 
     None for every other kind (their threshold is fitted on labels)."""
     if task.kind != "anomaly":
