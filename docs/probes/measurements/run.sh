@@ -2,7 +2,7 @@
 # stream of gen.py, the starter task turned into an anomaly task (the labels only measure), trained
 # on day 1, day 2 ingested after and scored with the defaults; then f1.py reads day 2's flags.
 # Usage, in a scratch folder holding gen.py's files, with the venv's seqenc on PATH:
-#   bash run.sh STREAM TAG [KEY LEFT OUT] [TOML LINE ADDED TO THE TASK]
+#   bash run.sh STREAM TAG [KEY LEFT OUT] [TOML LINE ADDED TO THE TASK]   (KEEP_BINARY=1: a binary task)
 set -e
 S=$1; TAG=$2; X=$3; CFG=$4; HERE=$PWD; D=$HERE/$S-$TAG
 rm -rf "$D"; mkdir -p "$D"; cd "$D"
@@ -18,10 +18,11 @@ seqenc ingest events "$HERE/$S-2026-05-01.jsonl" --root work/data --source "$S" 
   --labels "$HERE/$S-2026-05-01.csv" --date 2026-05-01 > /dev/null 2>&1
 seqenc profile --root work/data --source "$S" --write-task seqenc.toml --task-name watch > profile.txt 2>&1
 python - "$X" "$CFG" <<'P'
-import re, sys
+import os, re, sys
 left_out, line = sys.argv[1], sys.argv[2]
 t = open("seqenc.toml").read()
-t = re.sub(r'kind = "binary"\npositive = "(\w+)"', 'kind = "anomaly"\npositive = "bad"', t)
+if os.environ.get("KEEP_BINARY") != "1":  # KEEP_BINARY=1: the starter task as the profile wrote it
+    t = re.sub(r'kind = "binary"\npositive = "(\w+)"', 'kind = "anomaly"\npositive = "bad"', t)
 if left_out:
     t = t.replace("exclude_keys = [", f'exclude_keys = ["{left_out}", ', 1)
 if line:
