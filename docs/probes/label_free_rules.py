@@ -25,6 +25,7 @@ Two steps, run from the repository root (the data: ../shared/data):
     #    report seeds: SPLIT=test reads the bench rows' test split (cut on the reference and on test)
 """
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -105,14 +106,7 @@ def floored(floor: float):  # the MAD, never below ``floor`` nats (the rule adop
     return rule
 
 
-def clamped(floor: float):  # as ``floored``, on the scores clamped at 0 (-log of a tail probability is >= 0)
-    def rule(x):
-        median, s = spread_mad(np.maximum(x, 0.0))
-        return max(median + 3.5 * max(s, floor), 0.0)
-    return rule
-
-
-def clamped_z(z: float, floor: float):  # as ``clamped``, another z than 3.5
+def clamped(floor: float, z: float = 3.5):  # as ``floored``, on the scores clamped at 0 (-log of a tail probability is >= 0)
     def rule(x):
         median, s = spread_mad(np.maximum(x, 0.0))
         return max(median + z * max(s, floor), 0.0)
@@ -120,7 +114,14 @@ def clamped_z(z: float, floor: float):  # as ``clamped``, another z than 3.5
 
 
 STREAM_RULES = {**{f"floor {f}": clamped(f) for f in (0.5, 0.713, 1.0, 1.25, 1.5, 2.0)},
-                **{f"z 3.0, floor {f}": clamped_z(3.0, f) for f in (1.0, 1.5)}}
+                **{f"z 3.0, floor {f}": clamped(f, z=3.0) for f in (1.0, 1.5)}}
+
+
+def judged(rule, scores: np.ndarray, y: np.ndarray, reference: np.ndarray) -> tuple:
+    """(F1, share flagged) of ``scores`` with the rule's cut set on ``reference``, then the same with
+    the cut set on ``scores`` themselves (a scored day, as `seqenc score` sets it)."""
+    by_ref, by_day = scores > rule(reference), scores > rule(scores)
+    return f1_score(y, by_ref), by_ref.mean(), f1_score(y, by_day), by_day.mean()
 
 RULES = {"MAD alone (before)": mad_alone, "MAD above the block": above_block, "upper deviations": upper_deviations,
          "Tukey far-out": tukey_far, **{f"MAD, floor {f}": floored(f) for f in (0.5, 0.713, 1.0, 1.5, 2.0, 3.0)},
@@ -134,9 +135,7 @@ def rules(out: Path, predictions: list[str]) -> None:
         for policy in ("bench", "default"):
             s, y, dev = probability_score(z[policy]), z["y"], z["dev"]
             for name, rule in RULES.items():
-                by_ref, by_window = s[dev] > rule(s[z["reference"]]), s[dev] > rule(s[dev])
-                rows.setdefault((tag, policy, name), []).append(
-                    (f1_score(y[dev], by_ref), by_ref.mean(), f1_score(y[dev], by_window), by_window.mean()))
+                rows.setdefault((tag, policy, name), []).append(judged(rule, s[dev], y[dev], s[z["reference"]]))
     print(f"{'row (mean over seeds)':60s} {'F1 ref':>7s} {'share':>6s} {'F1 win':>7s} {'share':>6s}")
     means: dict[str, list] = {}
     for (tag, policy, name), v in rows.items():
@@ -186,9 +185,7 @@ def streams(out: Path, here: Path, runs: list[str], split: str = "dev") -> None:
         for policy in ("bench", "default"):
             s, y, dev = probability_score(z[policy]), z["y"], z[split]
             for name, rule in STREAM_RULES.items():
-                by_ref, by_day = s[dev] > rule(s[z["reference"]]), s[dev] > rule(s[dev])
-                rows.setdefault((f"{tag} {policy}", name), []).append(
-                    (f1_score(y[dev], by_ref), by_ref.mean(), f1_score(y[dev], by_day), by_day.mean()))
+                rows.setdefault((f"{tag} {policy}", name), []).append(judged(rule, s[dev], y[dev], s[z["reference"]]))
     for run in runs:
         stream = run.split("-")[0]
         p = pl.read_parquet(here / run / "pred/date=2026-05-02/part-0.parquet").join(
@@ -197,9 +194,7 @@ def streams(out: Path, here: Path, runs: list[str], split: str = "dev") -> None:
         s, y = probability_score(p["score"].to_numpy()), (p["verdict"] == "bad").to_numpy()
         ref = probability_score(np.asarray(meta["reference_scores"]))
         for name, rule in STREAM_RULES.items():
-            by_ref, by_day = s > rule(ref), s > rule(s)
-            rows.setdefault((run, name), []).append(
-                (f1_score(y, by_ref), by_ref.mean(), f1_score(y, by_day), by_day.mean()))
+            rows.setdefault((run, name), []).append(judged(rule, s, y, ref))
     print(f"{'row (mean over seeds)':44s} {'rule':16s} {'F1 ref':>7s} {'share':>6s} {'F1 day':>7s} {'share':>6s}")
     means: dict[str, list] = {}
     for (tag, name), v in rows.items():
@@ -214,7 +209,6 @@ def streams(out: Path, here: Path, runs: list[str], split: str = "dev") -> None:
 
 if __name__ == "__main__":
     if sys.argv[1] == "streams":
-        import os
         streams(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:], os.environ.get("SPLIT", "dev"))
     elif sys.argv[1] == "clean":
         clean(Path(sys.argv[2]))
