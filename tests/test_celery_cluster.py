@@ -21,6 +21,7 @@ import polars as pl
 import psutil
 import pytest
 from airflow_run import airflow_env, migrate, plant_stale_part, run_dag
+from shared_data import in_ci
 
 from parsers import storage
 from parsers.logs import make_miner
@@ -35,7 +36,7 @@ SOURCES = ("hdfs", "sessions")
 WORKERS = {"worker-1", "worker-2"}
 
 missing = [t for t in ("redis-server",) if not shutil.which(t)] + [t for t in ("initdb", "pg_ctl") if not postgres_tool(t)]
-pytestmark = pytest.mark.skipif(bool(missing) and os.environ.get("CI") != "true",
+pytestmark = pytest.mark.skipif(bool(missing) and not in_ci(),
                                 reason=f"not installed: {missing} (make test installs them)")
 
 
@@ -207,7 +208,7 @@ def test_a_worker_on_another_host_takes_tasks(tmp_path):
     The files are shared, as an NFS mount would share them. Mapped ingest tasks run on both."""
     pair = _netns_pair()
     if pair is None:
-        if os.environ.get("CI") == "true":
+        if in_ci():
             pytest.fail("CI runs as root with iproute2: network namespaces must work there")
         pytest.skip("network namespaces need root and iproute2 (ip netns)")
     ns, address, link = pair

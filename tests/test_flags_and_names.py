@@ -25,3 +25,16 @@ def test_names_are_checked_whole():
     for bad in ("hdfs\n", "a\nb", "../x", "/etc", ".hidden", "a/b", "", "x" * 65, None, "a\x00"):
         with pytest.raises(UnsafeName):
             check_name(bad)
+
+
+def test_no_other_reader_of_the_ci_flag():
+    """Every test and module reads ``CI`` through :func:`env_flag` (a second reader once took only
+    exactly "true", so ``CI=1`` skipped the Celery cluster's tests in one place and not the other)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    direct = re.compile(r"""(environ\.get|environ\[|getenv)\(?\s*["']CI["']""")
+    readers = [str(p.relative_to(root)) for folder in ("seqenc", "parsers", "training", "dags", "tests")
+               for p in sorted((root / folder).rglob("*.py"))
+               if p.name != "shared_data.py" and direct.search(p.read_text(encoding="utf-8"))]
+    assert readers == []
