@@ -50,6 +50,7 @@ from pathlib import Path
 import polars as pl
 
 from parsers import storage
+from parsers.sessions import MIN_STEP_S
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,10 @@ def _epoch(number: pl.Expr) -> pl.Expr:
 def few_sequences_note(profile: dict, objects: pl.DataFrame) -> str | None:
     """A line for a source cut into fewer than ``FEW_SEQUENCES`` sequences (None otherwise): a model
     learns from hundreds and a split needs three. For logs it suggests a ``window`` that would cut
-    the ingested time span into about ``SUGGESTED_WINDOWS`` windows (more where the ingest also
-    splits by node or session).
+    the ingested time span into about ``SUGGESTED_WINDOWS`` windows and says how many non-empty
+    windows it makes of these lines' timestamps (more where the ingest also splits by a session
+    field); where even that is under ``FEW_SEQUENCES`` it says why (timestamps to the second over a
+    31 s log make at most 31 windows: Spark_2k).
     Why: Android_2k, Hadoop_2k, OpenStack_2k and Spark_2k span minutes, so the README's ``window =
     600`` made one sequence each, and training stopped on scikit-learn's words about ``n_samples=1``."""
     n = profile["sequences"]
@@ -159,10 +162,22 @@ def few_sequences_note(profile: dict, objects: pl.DataFrame) -> str | None:
     if profile["kind"] == "logs" and ts.len() > 1:
         span = (ts.max() - ts.min()).total_seconds()
         if span > 0:
-            window = max(1, int(round(span / SUGGESTED_WINDOWS)))
-            note += (f" (its lines span {span:,.0f} s: window = {window} in the source's catalogue entry makes "
-                     f"about {SUGGESTED_WINDOWS} windows)")
+            window = suggested_window(span)
+            seconds = ts.dt.epoch("us").cast(pl.Float64) / 1e6
+            made = (seconds / window).floor().n_unique()  # fixed windows start at multiples of it, as ingest's
+            note += (f" (its lines span {span:,.0f} s: window = {window:g} in the source's catalogue entry "
+                     f"makes {made} windows")
+            note += (")" if made >= FEW_SEQUENCES else
+                     f", still under {FEW_SEQUENCES}: the lines' timestamps are too coarse or too few for time "
+                     "windows; ingest more lines, or cut by a session field (session_field))")
     return note
+
+
+def suggested_window(span: float) -> float:
+    """A window that cuts ``span`` seconds into about ``SUGGESTED_WINDOWS``: whole seconds from one
+    second up, two significant digits below (never under ingest's shortest step)."""
+    raw = span / SUGGESTED_WINDOWS
+    return float(max(1, round(raw))) if raw >= 1 else max(MIN_STEP_S, float(f"{raw:.2g}"))
 
 
 def profile_table(profile: dict) -> str:

@@ -11,7 +11,9 @@ Two ways, set per log format (``LogFormat.session``) or on the command line:
   exactly one; ``step_s < window_s`` gives sliding windows, a line in every window that covers
   it (at most ``MAX_WINDOWS_PER_LINE``: a spec over it is refused with the count, where the
   windows were silently capped before). The sequence id is ``<field value>@<window start, ISO
-  8601 UTC>``. A line without a
+  8601 UTC>``, to the second -- or to the microsecond where the step is not a whole number of
+  seconds, so that windows shorter than a second never share an id (steps under ``MIN_STEP_S`` are
+  refused). A line without a
   timestamp cannot be placed and is rejected with that reason.
 """
 
@@ -25,6 +27,7 @@ from functools import cached_property
 
 # sliding windows: a line joins window / step of them; more is a mistake (a tiny --step), refused
 MAX_WINDOWS_PER_LINE = 1000
+MIN_STEP_S = 0.001  # a window start is written to the microsecond: a shorter step is a mistake
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,9 @@ class SessionSpec:
         step = self.step_s if self.step_s is not None else self.window_s
         if step is not None and not 0 < step <= self.window_s:
             raise ValueError(f"step_s={self.step_s} must lie in (0, window_s]")
+        if step is not None and step < MIN_STEP_S:
+            raise ValueError(f"a window step of {step:g} s is under {MIN_STEP_S:g} s: use a longer window "
+                             "(or step)")
         if step is not None and math.ceil(self.window_s / step) > MAX_WINDOWS_PER_LINE:
             raise ValueError(f"window {self.window_s:g} s every {step:g} s puts each line in "
                              f"{math.ceil(self.window_s / step)} windows; at most {MAX_WINDOWS_PER_LINE}: "
@@ -73,5 +79,12 @@ class SessionSpec:
         t = ts.replace(tzinfo=dt.UTC).timestamp() if ts.tzinfo is None else ts.timestamp()
         last = math.floor(t / self.step)  # the latest window starting at or before t
         first = math.floor((t - self.window_s) / self.step) + 1  # the earliest one still covering t
-        return [f"{owner}@{dt.datetime.fromtimestamp(k * self.step, dt.UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
-                for k in range(first, last + 1)]
+        return [f"{owner}@{self._start(k)}" for k in range(first, last + 1)]
+
+    def _start(self, k: int) -> str:
+        """Window ``k``'s start (``k * step`` seconds after the epoch), ISO 8601 UTC: to the second
+        for a whole-second step (the ids of every earlier ingest), else to the microsecond."""
+        if float(self.step).is_integer():
+            return dt.datetime.fromtimestamp(k * int(self.step), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        start = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(microseconds=round(k * self.step * 1e6))
+        return start.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -71,6 +71,22 @@ def test_reject_share_threshold_fails_the_command_but_keeps_the_outputs(tmp_path
     assert main([*args, "--max-reject-share", "0.25"]) == 0
 
 
+def test_windows_shorter_than_a_second_never_share_an_id():
+    """Ids were written to the second, so every window of a 0.5 s cut within one second got the
+    same id and their lines merged into one sequence without a word (Spark_2k spans 31 s)."""
+    half = SessionSpec(window_s=0.5)
+    first = half.sequence_ids({}, "", T0 + dt.timedelta(milliseconds=100))
+    second = half.sequence_ids({}, "", T0 + dt.timedelta(milliseconds=700))
+    assert first == ["all@2005-06-03T15:00:00.000000Z"] and second == ["all@2005-06-03T15:00:00.500000Z"]
+    ids = {i for ms in range(0, 10_000, 37) for i in half.sequence_ids({}, "", T0 + dt.timedelta(milliseconds=ms))}
+    assert len(ids) == 20  # ten seconds, two windows each
+    sliding = SessionSpec(window_s=1.5, step_s=0.75).sequence_ids({}, "", T0 + dt.timedelta(seconds=1, milliseconds=100))
+    assert sliding == ["all@2005-06-03T15:00:00.000000Z", "all@2005-06-03T15:00:00.750000Z"]
+    assert SessionSpec(window_s=2).sequence_ids({}, "", T0) == ["all@2005-06-03T15:00:00Z"]  # whole seconds: as before
+    with pytest.raises(ValueError, match="under 0.001 s"):
+        SessionSpec(window_s=0.0005)
+
+
 def test_a_step_that_puts_a_line_in_too_many_windows_is_refused_not_capped():
     from parsers.sessions import MAX_WINDOWS_PER_LINE, SessionSpec
 

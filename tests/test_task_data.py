@@ -106,6 +106,18 @@ def test_the_profile_notes_a_source_cut_into_few_sequences():
     assert "only 1 sequence" in note and f"window = {round(1000 / SUGGESTED_WINDOWS)} " in note
     assert "window =" not in few_sequences_note({"kind": "events", "sequences": 1}, logs)  # events: no window
     assert few_sequences_note({"kind": "logs", "sequences": FEW_SEQUENCES}, logs) is None
+    # the note counts the windows its suggestion makes of these very timestamps
+    every_second = pl.DataFrame({"ts": [start + dt.timedelta(seconds=s) for s in range(1001)]})
+    note = few_sequences_note({"kind": "logs", "sequences": 1}, every_second)
+    assert "window = 5 in the source's catalogue entry makes 201 windows)" in note
+    # a 31 s log: a window under a second, and its count honest where the stamps are whole seconds
+    fine = pl.DataFrame({"ts": [start + dt.timedelta(milliseconds=15 * i) for i in range(2001)]})
+    assert "window = 0.15 in the source's catalogue entry makes 201 windows)" in \
+        few_sequences_note({"kind": "logs", "sequences": 1}, fine)
+    coarse = pl.DataFrame({"ts": [start + dt.timedelta(seconds=i // 64) for i in range(2001)]})
+    note = few_sequences_note({"kind": "logs", "sequences": 1}, coarse)
+    assert f"makes 32 windows, still under {FEW_SEQUENCES}: the lines' timestamps are too coarse" in note
+    assert "session_field" in note
 
 
 def test_the_profile_leaves_a_log_headers_date_and_time_out(tmp_path):

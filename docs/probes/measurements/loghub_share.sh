@@ -3,10 +3,10 @@
 # trained and scored on the same file; prints the scoring line (the share flagged) and the starter
 # task's exclude_keys. KEYS, when given, are left out as well (the starter task before measurements).
 # Usage, in a scratch folder with the venv's seqenc on PATH:
-#   bash loghub_share.sh SYSTEM LOGFILE [KEYS...]
+#   [WINDOW=SECONDS] bash loghub_share.sh SYSTEM LOGFILE [KEYS...]      (WINDOW: 600 unless given)
 S=$1; F=$(realpath "$2"); shift 2; D=$PWD/share-$S
 rm -rf "$D"; mkdir -p "$D"; cd "$D" || exit 1
-printf '[sources.s]\nkind = "logs"\nauto_header = true\nwindow = 600\n' > seqenc.toml
+printf '[sources.s]\nkind = "logs"\nauto_header = true\nwindow = %s\n' "${WINDOW:-600}" > seqenc.toml
 seqenc ingest logs "$F" --root work/data --source s --catalog seqenc.toml > /dev/null 2> ingest.err
 seqenc profile --root work/data --source s --write-task seqenc.toml --task-name w > profile.txt 2>&1
 for k in "$@"; do sed -i "s/^exclude_keys = \[/exclude_keys = [\"$k\", /" seqenc.toml; done
