@@ -196,3 +196,26 @@ def test_a_bundle_says_what_it_holds_and_an_unknown_architecture_is_refused(trai
     (bundle / "architecture.json").unlink()
     with pytest.raises(FileNotFoundError, match="architecture.json is missing"):
         load_bundle(bundle)
+
+
+def test_logging_and_loading_a_model_prints_no_mlflow_advice(root, trained, tmp_path):
+    """Every `seqenc train` printed two of MLflow's UserWarnings (give an input example; add type
+    hints to `predict`) although the logged signature is explicit. In a fresh interpreter, with
+    every warning shown, logging a bundle and loading it back prints neither."""
+    import subprocess
+    import sys
+
+    bundle = resolve_model(f"models:/seqenc-{TASK}/{trained('interleaved')['model_version']}",
+                           tmp_path / "download").bundle
+    script = ("import mlflow, sys\n"
+              "from training.serving.tracking import log_bundle_model\n"
+              "mlflow.set_tracking_uri(sys.argv[2])\n"
+              "version = log_bundle_model(sys.argv[1], 'advice-check')\n"
+              "mlflow.pyfunc.load_model(f'models:/advice-check/{version}')\n"
+              "print('version', version)\n")
+    done = subprocess.run([sys.executable, "-W", "always", "-c", script, str(bundle),
+                           f"sqlite:///{tmp_path / 'advice.db'}"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "version 1" in done.stdout
+    for advice in ("input example was not provided", "Add type hints to the `predict` method"):
+        assert advice not in done.stderr

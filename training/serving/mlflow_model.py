@@ -13,6 +13,7 @@ installed (the model's requirements name it).
 """
 
 import mlflow
+import pandas as pd
 from mlflow.pyfunc import PythonModel
 
 
@@ -24,7 +25,9 @@ class SeqencModel(PythonModel):
         config = getattr(context, "model_config", None) or {}
         self.bundle = load_bundle(context.artifacts["bundle"], str(config.get("device", "cpu")))
 
-    def predict(self, context, model_input, params=None):
+    # the hint names the type only: MLflow infers no schema from pd.DataFrame (the logged signature
+    # is the contract) and stops asking for hints on every `seqenc train`
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
         import polars as pl
 
         from training.serving.scoring import score_objects

@@ -21,6 +21,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -236,7 +237,10 @@ def log_bundle_model(bundle: str | Path, registered_name: str) -> str:
     inputs = Schema([ColSpec("string", "sequence_id"), ColSpec("long", "step"), ColSpec("string", "key"),
                      ColSpec("string", "value"), ColSpec("long", "template_id", required=False)])
     outputs = Schema([ColSpec("string", "sequence_id"), ColSpec("double", "score"), ColSpec("string", "prediction")])
-    with tempfile.TemporaryDirectory() as tmp:  # MLflow names the artifact after the folder: "bundle"
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():  # the artifact is named after the folder
+        # the signature is explicit; an input example would make MLflow load and run the model while
+        # logging it, so its advice to give one is not printed on every training
+        warnings.filterwarnings("ignore", message=r".*An input example was not provided", category=UserWarning)
         named = Path(tmp) / "bundle"
         shutil.copytree(Path(bundle).resolve(), named)  # the saved version (MLflow refuses links out of it)
         info = mlflow.pyfunc.log_model(
