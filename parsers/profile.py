@@ -164,7 +164,13 @@ def few_sequences_note(profile: dict, objects: pl.DataFrame) -> str | None:
         if span > 0:
             window = suggested_window(span)
             seconds = ts.dt.epoch("us").cast(pl.Float64) / 1e6
-            made = (seconds / window).floor().n_unique()  # fixed windows start at multiples of it, as ingest's
+
+            def made_by(w: float) -> int:  # non-empty fixed windows: they start at multiples of w, as ingest's
+                return (seconds / w).floor().n_unique()
+
+            made = made_by(window)
+            if window < 1 and made_by(1.0) == made:  # stamps to the second: a fraction of one cuts no finer
+                window = 1.0
             note += (f" (its lines span {span:,.0f} s: window = {window:g} in the source's catalogue entry "
                      f"makes {made} windows")
             note += (")" if made >= FEW_SEQUENCES else

@@ -116,7 +116,8 @@ def test_the_profile_notes_a_source_cut_into_few_sequences():
         few_sequences_note({"kind": "logs", "sequences": 1}, fine)
     coarse = pl.DataFrame({"ts": [start + dt.timedelta(seconds=i // 64) for i in range(2001)]})
     note = few_sequences_note({"kind": "logs", "sequences": 1}, coarse)
-    assert f"makes 32 windows, still under {FEW_SEQUENCES}: the lines' timestamps are too coarse" in note
+    assert f"window = 1 in the source's catalogue entry makes 32 windows, still under {FEW_SEQUENCES}: the lines' " \
+        "timestamps are too coarse" in note  # stamped to the second: no fraction of a second suggested
     assert "session_field" in note
 
 
