@@ -21,6 +21,7 @@ once at that count. No word-overlap feature enters: it is a pure encoder in the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import time
@@ -67,7 +68,9 @@ def encode(tables: Path, statements: Path, out: Path) -> None:
     pairs, owner, row_no = [], [], []
     cache: dict[str, tuple[list[str], list[list[str]]]] = {}
     for n, r in enumerate(records):
-        header, rows = cache.setdefault(r["table"], _rows(tables / r["table"]))
+        if r["table"] not in cache:  # each table read once (its statements follow one another)
+            cache[r["table"]] = _rows(tables / r["table"])
+        header, rows = cache[r["table"]]
         for i in _keep(r["statement"], rows):
             pairs.append((r["statement"], _template(r.get("caption", ""), header, i, rows[i])))
             owner.append(n)
@@ -188,12 +191,12 @@ def fit(out: Path, seed: int, steps: int = 4000, every: int = 500, lr: float = 3
 
 
 def main(argv: list[str]) -> None:
-    torch.set_num_threads(int(__import__("os").environ.get("OMP_NUM_THREADS", "2")))
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
     if argv[:1] == ["encode"]:
         encode(Path(argv[1]), Path(argv[2]), Path(argv[3]))
     elif argv[:1] == ["fit"]:
         out = Path(argv[1])
-        extra = json.loads(__import__("os").environ.get("FIT", "{}"))
+        extra = json.loads(os.environ.get("FIT", "{}"))
         for seed in argv[2:]:
             print(json.dumps(fit(out, int(seed), **extra)), flush=True)
     else:
