@@ -14,6 +14,7 @@ route and status counts fitted on day 1 and flagging every session. Labels only 
 """
 import collections
 import csv
+import functools
 import json
 import random
 import sys
@@ -50,10 +51,12 @@ def make_day(n: int, seed: int, date: str, events: Path, labels: Path) -> None:
             g.write(f"{sid},{'ok' if kind == 'ok' else 'attack'}\n")
 
 
+@functools.cache  # each day's file is read once, however many runs are measured
 def _labels(folder: Path, d: int) -> dict[str, bool]:
     return {r["session_ref"]: r["verdict"] == "attack" for r in csv.DictReader((folder / f"l{d}.csv").open())}
 
 
+@functools.cache
 def _counts(folder: Path, d: int) -> dict[str, collections.Counter]:
     out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for line in (folder / f"d{d}.jsonl").open():
