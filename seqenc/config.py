@@ -115,7 +115,8 @@ class TVMKAConfig:
     # With it on, the final anomaly score is the larger of the KA's logit and the masked-LM
     # surprise of a key's values, each scored by its tail on the normal dev sequences. Train
     # with TrainConfig.mlm_sequences="normal" so that the TVM learns normal values only.
-    # Off by default (the paper scores with the KA alone).
+    # Off in the class (the paper scores with the KA alone); a binary task of the catalogue turns it
+    # on, kept only where its dev F1 beats the KA's alone (training.tasks.kinds, task_defaults).
     surprise_scoring: bool = False
 
     # --- value sequences longer than the window ---------------------------------------------

@@ -12,6 +12,8 @@
     3. A last refresh with the final TVM; dev picks the binary threshold; dev and test scored.
        With the model option ``surprise_scoring`` the final TVM's masked-LM surprise of every
        value is computed here too, and the score is the KA's combined with it (seqenc.surprise).
+       With ``surprise_choice="dev"`` the combination is kept only when its dev headline (at the
+       threshold its rule fits on dev) beats the KA's alone; a tie keeps the KA alone.
 
 ``mode="no_interleave"`` is the ablation: the TVM trains once (all its MLM steps), one refresh,
 then only KA steps (the same number, evaluated at the same points). The end-to-end modes
@@ -59,11 +61,14 @@ from training.engine.rank_share import RankShare
 from training.engine.sharding import RefreshPlan, sharded_key_representations, sharded_key_surprise
 from training.engine.table_pretrain import check_kinds
 from training.tasks.data import MASK_UNITS, MLMBatches, class_weights
+from training.tasks.metrics import headline
 from training.tasks.thresholds import DEFAULT_RULE, check_rule
 
 log = logging.getLogger(__name__)
 
 MLM_SEQUENCES = ("all", "normal")  # which train sequences the TVM's masked LM reads
+# surprise_scoring: "always" keeps the combined score; "dev" keeps it only if it beats the KA alone on dev
+SURPRISE_CHOICES = ("always", "dev")
 RVD_REPLACE_PROB = 0.5  # share of TVM rows with a swapped value when replaced-value detection is on
 
 
@@ -112,6 +117,7 @@ class TrainConfig:
     table_wide_fit_epochs: int = 0
     mlm_mask_unit: str = "token"  # TVM MLM masks single tokens (BERT) or whole values (training.tasks.data)
     mlm_sequences: str = "all"  # "normal": TVM masked-LM on the train sequences labelled normal only
+    surprise_choice: str = "always"  # SURPRISE_CHOICES: with surprise_scoring, whether dev decides to keep it
     device: str = "auto"  # where the model trains: "auto" (CUDA when present), "cpu", "cuda", "cuda:1", ...
     threshold_rule: str = DEFAULT_RULE  # binary: how dev fits the decision threshold (training.tasks.thresholds)
 
@@ -123,6 +129,8 @@ class TrainConfig:
             raise ValueError(f"mlm_mask_unit {self.mlm_mask_unit!r} is not one of {MASK_UNITS}")
         if self.mlm_sequences not in MLM_SEQUENCES:
             raise ValueError(f"mlm_sequences {self.mlm_sequences!r} is not one of {MLM_SEQUENCES}")
+        if self.surprise_choice not in SURPRISE_CHOICES:
+            raise ValueError(f"surprise_choice {self.surprise_choice!r} is not one of {SURPRISE_CHOICES}")
         if not 0.0 <= self.ema_decay < 1.0 or (self.ema_decay and self.mode not in END_TO_END):
             raise ValueError(f"ema_decay={self.ema_decay} must be in [0, 1), and non-zero only in the end-to-end "
                              f"modes {END_TO_END} (mode {self.mode!r})")
@@ -289,6 +297,8 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
             self.refresh_cache(round_no)
             if self.model.config.surprise_scoring:
                 self.fit_surprise()
+                if self.cfg.surprise_choice == "dev":
+                    self.choose_surprise()
             return self.evaluate()
         return None
 
@@ -356,6 +366,25 @@ class InterleavedTrainer(MaskedLMSteps, PhasedTrainer):
         dev = self.splits["dev"]
         ka_probs = ka_probabilities(self.model.ka, self.kr, self.data)
         self.surprise = SurpriseScorer.fit(self.surprise_stats, self.data, ka_probs, dev[self.y[dev] == 0])
+
+    def choose_surprise(self) -> None:
+        """Keep the fitted surprise only if the combined score's dev headline beats the KA's alone,
+        each at the threshold its rule fits on dev (a tie keeps the KA alone, the paper's score).
+        Where anomalies show only in values the KA, trained on a few of them, misses them and the
+        surprise finds them; where they show in which events occur, the KA is sharper and the
+        surprise adds false alarms on normal sequences with rare values (docs/training.md, "One
+        binary default"). Without the surprise the bundle scores with the KA alone."""
+        metric = headline(self.task)
+        combined = self.evaluate(splits=("dev",))["dev"][metric]
+        scorer, self.surprise = self.surprise, None
+        alone = self.evaluate(splits=("dev",))["dev"][metric]
+        if combined > alone:
+            self.surprise = scorer
+        kept = self.surprise is not None
+        log.info("surprise scoring %s: dev %s %.4f with it, %.4f with the KA alone (surprise_choice='dev')",
+                 "kept" if kept else "dropped", metric, combined, alone)
+        self.log_metrics({"surprise/dev_with": combined, "surprise/dev_without": alone, "surprise/kept": float(kept)},
+                         self.step)
 
     def probabilities(self) -> np.ndarray:
         probs = ka_probabilities(self.model.ka, self.kr, self.data)

@@ -174,8 +174,9 @@ def stage_sequences(workdir: str, task: TaskSpec, size: str | None = None, seed:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, not {split!r}")
     root = objectstore.as_path(data_root) if data_root else Path(workdir) / "data"
     inp = task_input(task, root, ingest_date)
-    model_cfg = {**size_settings(resolve_size(size, task.size))["model"],
-                 **task.kind_spec.model_settings({**task.config.get("model", {}), **(model_overrides or {})})}
+    own = task.kind_spec.task_settings("model", {**task.config.get("model", {}), **(model_overrides or {})},
+                                       plain=bool(task.table_source or pretrained))  # training.tasks.kinds
+    model_cfg = {**size_settings(resolve_size(size, task.size))["model"], **task.kind_spec.model_settings(own)}
     final = sequences_dir(workdir, task.name)
     ranks = None
     if world > 1:
@@ -235,8 +236,12 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     size = job_args["size"] = resolve_size(size, spec.size)  # resolved: a resumed job keeps it
     sz = size_settings(size)
     mode_name = mode or spec.mode
-    model_overrides = {**spec.config.get("model", {}), **(model_overrides or {})}
-    train_overrides = {**spec.config.get("train", {}), **(train_overrides or {})}
+    # the kind's task defaults under the task's config and the run's (training.tasks.kinds)
+    plain, end_to_end = bool(spec.table_source or pretrained), get_mode(mode_name).end_to_end
+    model_overrides = spec.kind_spec.task_settings("model", {**spec.config.get("model", {}), **(model_overrides or {})},
+                                                   plain, end_to_end)
+    train_overrides = spec.kind_spec.task_settings("train", {**spec.config.get("train", {}), **(train_overrides or {})},
+                                                   plain, end_to_end)
     if not spec.kind_spec.labelled and mode_name != "interleaved":
         raise ValueError(f"task {task_name} ({spec.kind}, no labels) trains the TVM's masked LM alone; mode "
                          f"{mode_name!r} needs labels: leave mode out")
