@@ -19,15 +19,12 @@ from sklearn.metrics import f1_score
 from training.engine.sizes import TRAINING_PRESETS
 from training.tasks.kinds import KINDS
 
-CATALOG = '''
-[sources.checkout]
-kind = "events"
-session_field = "session"
-ts_field = "at"
-label_id_column = "session"
-label_column = "verdict"
 
-[tasks.fraud]
+def _catalog() -> str:
+    """The checkout source of tests/test_window_threshold.py, with a binary task of defaults on it."""
+    from test_window_threshold import CATALOG
+
+    return CATALOG[:CATALOG.index("[tasks.")] + '''[tasks.fraud]
 source = "checkout"
 kind = "binary"
 positive = "fraud"
@@ -80,7 +77,7 @@ def _train(tmp_path: Path, in_values: bool, preset: list[str]) -> tuple[Path, fl
 
     tmp_path.mkdir(parents=True, exist_ok=True)
     catalog = tmp_path / "seqenc.toml"
-    catalog.write_text(CATALOG)
+    catalog.write_text(_catalog())
     work, root = tmp_path / "work", tmp_path / "work" / "data"
     for d, day, seed in (("d1", "2025-04-01", 0), ("d2", "2025-04-02", 100)):
         _stream(tmp_path / f"{d}.jsonl", tmp_path / f"{d}.csv", day, 600, seed, in_values)
