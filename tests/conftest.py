@@ -25,20 +25,24 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 @pytest.fixture(scope="session")
 def prepared_task(tmp_path_factory):
     """``prepared_task(task)``: a tiny work directory with the task's built-in data generated,
-    ingested and turned into value sequences (made once per session; copy it before training)."""
+    ingested and turned into value sequences (made once per session; copy it before training).
+    ``paper=True``: the sequences tokenised as the paper's S(k), without a binary task's value
+    markers and bins (the preset "paper", training.engine.sizes)."""
+    from training.engine.sizes import TRAINING_PRESETS
     from training.pipeline import stages as pipeline
     from training.tasks.catalog import load_catalog
 
     made = {}
 
-    def make(task: str):
-        if task not in made:
-            work = tmp_path_factory.mktemp(f"prepared-{task}") / "w"
+    def make(task: str, paper: bool = False):
+        if (task, paper) not in made:
+            work = tmp_path_factory.mktemp(f"prepared-{task}{'-paper' if paper else ''}") / "w"
             raw = pipeline.stage_generate(str(work), "tiny", seed=0)
             source = load_catalog().task(task).source
             pipeline.stage_ingest(str(work), source, raw[source]["path"], raw[source]["labels"])
-            pipeline.stage_sequences(str(work), resolve_task(None, task), "tiny", seed=0)
-            made[task] = work
-        return made[task]
+            pipeline.stage_sequences(str(work), resolve_task(None, task), "tiny", seed=0,
+                                     model_overrides=TRAINING_PRESETS["paper"]["model"] if paper else None)
+            made[task, paper] = work
+        return made[task, paper]
 
     return make

@@ -66,8 +66,10 @@ def trained(root):
             work = root / "modes" / mode
             shutil.copytree(root / "sequences", work / "sequences")
             base, _, variant = mode.partition("+")
+            # the KA's own scores (no surprise unless the variant asks): what trainer_probabilities recomputes
+            model = {"surprise_scoring": False, **VARIANTS.get(variant, {})}
             result = pipeline.stage_train(str(work), TASK, "tiny", progress=False, mode=base, train_overrides=STEPS,
-                                          model_overrides=VARIANTS.get(variant), data_root=str(root / "data"),
+                                          model_overrides=model, data_root=str(root / "data"),
                                           tracking_dir=str(root))
             done[mode] = {**result, "work": work, "data_root": root / "data", "task_name": TASK,
                           "night_dir": str(work),
