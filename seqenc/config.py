@@ -58,6 +58,11 @@ class TVMKAConfig:
     # A tokenisation setting: the edges live with the tokenizer (numeric_bins.json); the model
     # records how many it was trained with.
     numeric_bins: int = 0
+    # with numeric_bins: at most this many extra cuts in each of a key's two outer quantile bins,
+    # where its train values leave a gap of a decade or more (seqenc.numeric), so a cluster of
+    # magnitudes far from the bulk gets a bin of its own; 0 = none. A tokenisation setting as
+    # numeric_bins.
+    numeric_gap_cuts: int = 0
     # a [LINKED] / [ALONE] marker before every value of S(k): whether the value also occurs under
     # another key of the same sequence (seqenc.links). A tokenisation setting as numeric_bins: the
     # markers live in tokenizer.json. Off by default (it changes what S(k) is; measured in the
@@ -171,6 +176,8 @@ class TVMKAConfig:
             raise ValueError("value_counts needs val_sep_token_id (the tokenizer's [VAL_SEP] id) to find the values")
         if self.numeric_bins < 0:
             raise ValueError(f"numeric_bins={self.numeric_bins} must be >= 0 (0: no bin tokens)")
+        if self.numeric_gap_cuts < 0:
+            raise ValueError(f"numeric_gap_cuts={self.numeric_gap_cuts} must be >= 0 (0: no cuts at magnitude gaps)")
         if self.surprise_scoring and self.task != "binary":
             raise ValueError(f"surprise_scoring combines anomaly scores: it needs task='binary', not {self.task!r}")
         if self.tvm_positions not in TVM_POSITIONS:

@@ -129,6 +129,7 @@ def test_a_binary_task_trains_with_the_defaults_and_dev_decides(tmp_path, in_val
     meta = json.loads((bundle / "metadata.json").read_text())
     config = json.loads((bundle / "config.json").read_text())
     assert config["surprise_scoring"] and config["value_links"] and config["numeric_bins"] == 16
+    assert config["numeric_gap_cuts"] == 2
     said = re.search(r"surprise scoring (kept|dropped): dev f1 ([0-9.]+) with it, ([0-9.]+) with the KA alone",
                      caplog.text)
     assert said, "the trainer says what dev decided"
@@ -143,4 +144,5 @@ def test_the_paper_preset_trains_without_them(tmp_path):
     bundle, _ = _train(tmp_path, True, ["--preset", "paper"])
     config = json.loads((bundle / "config.json").read_text())
     assert not config["surprise_scoring"] and not config["value_links"] and config["numeric_bins"] == 0
+    assert config["numeric_gap_cuts"] == 0
     assert not json.loads((bundle / "metadata.json").read_text()).get("surprise")

@@ -1,10 +1,11 @@
 """Quantile-bin tokens for numeric values (seqenc.numeric) through the tokenizer and S(k)."""
 
+import numpy as np
 import polars as pl
 import pytest
 import torch
 
-from seqenc.numeric import NumericBins, as_number, bin_token
+from seqenc.numeric import NumericBins, as_number, bin_token, gap_cuts_between
 from seqenc.sequences import TokenizedSequences
 from seqenc.tokenizer import NUMERIC_BINS_FILE, ValueTokenizer
 from training.serving.scoring import load_bundle, save_bundle
@@ -51,6 +52,46 @@ def test_bin_of_right_closed_and_clamped():
     assert bins.bin_of("size", str(10 * BLOCK)) == last  # above the train range: the highest bin
     assert bins.bin_of("size", "not a number") is None
     assert bins.bin_of("host", "10.0.0.1") is None and bins.bin_of("unseen", "3") is None
+
+
+def _exports() -> tuple[list[str], list[str]]:
+    """Page sizes 200-2,990 B, a few exports of 20-89 kB and three exfiltrations of 2-8 MB."""
+    pages = [str(200 + 10 * i) for i in range(280)]
+    exports = [str(20_000 + 3_000 * i) for i in range(24)]
+    return pages + exports + ["2000000", "5000000", "8000000"], exports
+
+
+def test_gap_cuts_split_an_outer_bin_at_a_magnitude_gap(tmp_path):
+    x = np.array([5.0, 7.0, 90.0, 95.0, 2_000.0, 3_000.0])
+    assert gap_cuts_between(x, 5.0, 3_000.0, 2) == [7.0, 95.0]  # below each gap of a decade or more
+    assert gap_cuts_between(x, 5.0, 3_000.0, 1) == [95.0]  # the widest first (2000 / 95 > 90 / 7)
+    assert gap_cuts_between(x, 7.0, 3_000.0, 2) == [95.0]  # a cut at the bin's own edge is no cut
+    assert gap_cuts_between(np.array([-500.0, -40.0, -3.0, 0.0, 30.0]), -500.0, 30.0, 3) == [-40.0]  # one sign
+    assert gap_cuts_between(np.arange(1.0, 100.0), 1.0, 99.0, 2) == []  # values that run on: no gap
+
+    values, exports = _exports()
+    plain = NumericBins.fit(["bytes"], [values], n_bins=8)
+    cut = NumericBins.fit(["bytes"], [values], n_bins=8, gap_cuts=2)
+    top = len(plain.edges["bytes"]) - 1
+    # quantile bins alone: the exports and the exfiltrations share the top bin
+    assert {plain.bin_of("bytes", v) for v in exports} | {plain.bin_of("bytes", "5000000")} == {top}
+    # a cut at the gap: the exfiltrations get the top bin alone, the pages keep their bins
+    assert {cut.bin_of("bytes", v) for v in exports} == {top} and cut.bin_of("bytes", "5000000") == top + 1
+    assert all(cut.bin_of("bytes", v) == plain.bin_of("bytes", v) for v in values[:280])
+    assert len(cut.tokens) == len(plain.tokens) + 1 == 10  # one more bin than n_bins + 1: one more token
+    cut.save(tmp_path / "bins.json")
+    again = NumericBins.load(tmp_path / "bins.json")
+    assert again.gap_cuts == 2 and again.edges["bytes"].tolist() == cut.edges["bytes"].tolist()
+    assert again.tokens == cut.tokens
+
+    # values without a gap of a decade in their outer bins: the same edges and tokens as without
+    even = [str(1000 + 7 * i) for i in range(300)]
+    assert NumericBins.fit(["n"], [even], 8, gap_cuts=2).to_dict()["edges"] == NumericBins.fit(["n"], [even], 8).to_dict()["edges"]
+    assert NumericBins.fit(["n"], [even], 8, gap_cuts=2).tokens == NumericBins.fit(["n"], [even], 8).tokens
+
+    from seqenc.config import TVMKAConfig
+    with pytest.raises(ValueError, match="numeric_gap_cuts"):
+        TVMKAConfig(numeric_bins=16, numeric_gap_cuts=-1)
 
 
 def _tokenizer() -> ValueTokenizer:

@@ -14,7 +14,7 @@ import os
 # alone on a masked LM of every train sequence (no surprise, value markers or bins: the binary
 # kind's task defaults off, training.tasks.kinds)
 TRAINING_PRESETS = {"paper": {"model": {"surprise_scoring": False, "value_links": False, "value_repeats": False,
-                                        "numeric_bins": 0},
+                                        "numeric_bins": 0, "numeric_gap_cuts": 0},
                               "train": {"tvm_ka_ratio": 2.0, "mlm_sequences": "all", "mlm_mask_unit": "token"}}}
 # Built-in sizes: "demo" is the main job (minutes on 2 CPU cores), "tiny" serves tests and DAG runs.
 SIZES = {

@@ -273,7 +273,8 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     surprise = bool(model_overrides.get("surprise_scoring", False))
     task = {"vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id, "val_sep_token_id": tok.val_sep_id,
             "task": spec.model_task, "class_names": classes,
-            "numeric_bins": tok.numeric.n_bins if tok.numeric else 0, "value_links": tok.value_links,
+            "numeric_bins": tok.numeric.n_bins if tok.numeric else 0,
+            "numeric_gap_cuts": tok.numeric.gap_cuts if tok.numeric else 0, "value_links": tok.value_links,
             "value_repeats": tok.value_repeats, "value_end": tok.value_end,
             **({"n_items": len(classes)} if spec.kind_spec.ranks_items else {"n_classes": len(classes)})}
     model_overrides = spec.kind_spec.model_settings(model_overrides, end_to_end=mode.end_to_end)

@@ -283,7 +283,7 @@ def fit_tokenizer(train_rows: Callable[[], Iterable[pl.DataFrame]], model_cfg: d
     defaults = TVMKAConfig()  # bins and how a long S(k) is handled follow the model config
     n_bins = model_cfg.get("numeric_bins", defaults.numeric_bins)
     if n_bins:
-        fitter = BinFitter(n_bins)
+        fitter = BinFitter(n_bins, gap_cuts=model_cfg.get("numeric_gap_cuts", defaults.numeric_gap_cuts))
         for rows in train_rows():
             fitter.add(rows["key"].to_list(), rows["values"].to_list())
         tok.with_numeric_bins(fitter.bins())

@@ -1,0 +1,116 @@
+"""Probe (2026-12-07, docs/training.md "Magnitude gaps"): a third made-up stream, written after
+the gap cuts were fixed and before any run on it, to check the binary default on anomalies
+nothing was chosen on.
+
+``make``: three days of device-hours of a sensor fleet as JSON events (``d1.jsonl`` 900, ``d2.jsonl``
+500, ``d3.jsonl`` 400 device-hours; a ``boot`` or not, then 6-12 ``reading`` events with
+``temp_c`` 17.0-27.0, ``humidity`` 30-65, ``battery_mv`` 3500-4200 and ``rssi`` -95 to -40)
+with labels (``l1.csv`` ...): ``fault`` for three kinds, each about 3 %, else ``ok``:
+
+- **unit error**: 1-3 readings report ``temp_c`` in kelvin (290.0-300.0);
+- **brown-out**: the last 2-4 readings' ``battery_mv`` fall to 2000-3000;
+- **reboot loop**: 4-8 ``boot`` events among the readings (counts see it).
+
+``measure ROOT=PREDICTIONS ...``: as docs/probes/checkout_stream.py (kinds in ``k1.csv`` ...).
+
+    python docs/probes/sensor_stream.py make DIR
+    python docs/probes/sensor_stream.py measure DIR "binary, defaults=work/predictions/faults" ...
+"""
+import collections
+import csv
+import functools
+import json
+import random
+import sys
+from datetime import datetime, timedelta
+from pathlib import Path
+
+DAYS = [(900, "2026-07-01"), (500, "2026-07-02"), (400, "2026-07-03")]
+KINDS = ["ok", "unit", "brownout", "reboots"]
+
+
+def make_day(n: int, seed: int, date: str, events: Path, labels: Path) -> None:
+    """``labels``: device_hour,state (what seqenc reads); beside it ``k*.csv``: device_hour,kind (measure only)."""
+    rnd = random.Random(seed)
+    start = datetime.fromisoformat(date + "T00:00:00")
+    with events.open("w") as f, labels.open("w") as g, labels.with_name("k" + labels.name[1:]).open("w") as h:
+        g.write("device_hour,state\n")
+        h.write("device_hour,kind\n")
+        for s in range(n):
+            sid = f"{date}-dev{s:05d}"
+            kind = rnd.choices(KINDS, [0.91, 0.03, 0.03, 0.03])[0]
+            t = start + timedelta(seconds=rnd.randint(0, 82000))
+            n_read = rnd.randint(6, 12)
+            rows = [{"event": "boot", "fw": rnd.choice(["1.4.2", "1.4.3"])}] if rnd.random() < 0.2 else []
+            kelvin = set(rnd.sample(range(n_read), rnd.randint(1, 3))) if kind == "unit" else set()
+            low = n_read - rnd.randint(2, 4) if kind == "brownout" else n_read
+            battery = rnd.uniform(3500, 4200)
+            for r in range(n_read):
+                battery -= rnd.uniform(0, 8)
+                temp = rnd.uniform(290.0, 300.0) if r in kelvin else rnd.uniform(17.0, 27.0)
+                mv = rnd.uniform(2000, 3000) if r >= low else battery
+                rows.append({"event": "reading", "temp_c": f"{temp:.1f}", "humidity": rnd.randint(30, 65),
+                             "battery_mv": int(mv), "rssi": rnd.randint(-95, -40)})
+                if kind == "reboots" and r % 2 == 1 and sum(x["event"] == "boot" for x in rows) < 8:
+                    rows.append({"event": "boot", "fw": rnd.choice(["1.4.2", "1.4.3"])})
+            for row in rows:
+                t += timedelta(seconds=rnd.randint(240, 360))
+                f.write(json.dumps({"device_hour": sid, "at": t.isoformat(), **row}) + "\n")
+            g.write(f"{sid},{'ok' if kind == 'ok' else 'fault'}\n")
+            h.write(f"{sid},{kind}\n")
+
+
+@functools.cache  # each day's labels are read once, however many runs are measured
+def _labels(folder: Path, d: int) -> dict[str, str]:
+    return {r["device_hour"]: r["kind"] for r in csv.DictReader((folder / f"k{d}.csv").open())}
+
+
+@functools.cache
+def _counts(folder: Path, d: int) -> dict[str, collections.Counter]:
+    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for line in (folder / f"d{d}.jsonl").open():
+        e = json.loads(line)
+        c = out[e["device_hour"]]
+        c[f"event={e['event']}"] += 1
+    return out
+
+
+def measure(folder: Path, runs: dict[str, str]) -> None:
+    import numpy as np
+    import polars as pl
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
+
+    for name, path in runs.items():
+        for d in (2, 3):
+            p = pl.read_parquet(folder / path / f"date={DAYS[d - 1][1]}" / "part-0.parquet")
+            kinds = np.array([_labels(folder, d)[s] for s in p["sequence_id"]])
+            y = kinds != "ok"
+            flagged = np.array([label in ("fault", "anomaly") for label in p["label"]])
+            by_kind = " | ".join(f"{flagged[kinds == k].sum()} of {(kinds == k).sum()}" for k in KINDS[1:])
+            print(f"| {name} | {d} | {roc_auc_score(y, p['score']):.3f} | {average_precision_score(y, p['score']):.3f} | "
+                  f"{f1_score(y, flagged):.3f} | {flagged.mean():.1%} | {by_kind} |")
+    keys = sorted({k for d in (1, 2, 3) for c in _counts(folder, d).values() for k in c})
+
+    def table(d: int):
+        counts, kinds = _counts(folder, d), _labels(folder, d)
+        return (np.array([[counts[s][k] for k in keys] for s in sorted(counts)]),
+                np.array([kinds[s] != "ok" for s in sorted(counts)]))
+
+    lr = LogisticRegression(max_iter=2000).fit(*table(1))
+    for d in (2, 3):
+        X, y = table(d)
+        p = lr.predict_proba(X)[:, 1]
+        print(f"| counts LR (event counts, fitted on day 1) | {d} | {roc_auc_score(y, p):.3f} | "
+              f"{average_precision_score(y, p):.3f} | {f1_score(y, p > 0.5):.3f} (at 0.5) | {(p > 0.5).mean():.1%} | | | |")
+        print(f"| flag all | {d} | | | {f1_score(y, np.ones_like(y)):.3f} | 100% | | | |")
+
+
+if __name__ == "__main__":
+    command, where = sys.argv[1], Path(sys.argv[2])
+    if command == "make":
+        where.mkdir(parents=True, exist_ok=True)
+        for i, (n, date) in enumerate(DAYS):
+            make_day(n, 300 + i, date, where / f"d{i + 1}.jsonl", where / f"l{i + 1}.csv")
+    else:
+        measure(where, dict(arg.split("=", 1) for arg in sys.argv[3:]))
