@@ -146,3 +146,25 @@ def test_the_paper_preset_trains_without_them(tmp_path):
     assert not config["surprise_scoring"] and not config["value_links"] and config["numeric_bins"] == 0
     assert config["numeric_gap_cuts"] == 0
     assert not json.loads((bundle / "metadata.json").read_text()).get("surprise")
+
+
+def test_half_with_the_surprise_is_refused_in_one_line(tmp_path):
+    """``threshold = {policy = "half"}`` reads P = 0.5 as the model's decision; the combined score of
+    the surprise and the KA has none (nearly every sequence's P is >= 0.5), so training stops with a
+    one-line error rather than flag every sequence; without the surprise, half trains."""
+    from training.cli.main import main
+
+    work = tmp_path / "work"
+    _stream(tmp_path / "d1.jsonl", tmp_path / "d1.csv", "2025-04-01", 200, 0, True)
+    catalog = tmp_path / "seqenc.toml"
+    task = _catalog()[_catalog().index("[tasks.fraud]"):]
+    half = 'threshold = {policy = "half"}\nconfig = {'
+    catalog.write_text(_catalog().replace("config = {", half)
+                       + task.replace("[tasks.fraud]", "[tasks.plain]").replace("config = {", half + "model = {surprise_scoring = false}, "))
+    assert main(["ingest", "events", str(tmp_path / "d1.jsonl"), "--root", str(work / "data"), "--source", "checkout",
+                 "--catalog", str(catalog), "--labels", str(tmp_path / "d1.csv"), "--date", "2025-04-01"]) == 0
+    with pytest.raises(SystemExit) as refused:
+        main(["train", "--catalog", str(catalog), "--task", "fraud", "--workdir", str(work), "--no-progress"])
+    said = str(refused.value)
+    assert "'half'" in said and "one_se" in said and "\n" not in said, said
+    assert main(["train", "--catalog", str(catalog), "--task", "plain", "--workdir", str(work), "--no-progress"]) == 0

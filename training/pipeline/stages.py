@@ -287,6 +287,10 @@ def stage_train(workdir: str, task_name: str, size: str | None = None, seed: int
     if mode.end_to_end and surprise:
         raise ValueError(f"surprise_scoring reads the TVM of interleaved / no_interleave training, not mode "
                          f"{mode.name!r}")
+    if surprise and train["threshold_rule"] == "half":  # the combined P of nearly every sequence is >= 0.5
+        raise ValueError("threshold policy 'half' reads P = 0.5 as the model's own decision, and the masked-LM surprise "
+                         "beside the KA has none (it would flag nearly every sequence): use one_se or best_f1, or set "
+                         "surprise_scoring = false in the task's config")
     if pretrained and not mode.pretrained_init:
         raise ValueError(f"mode {mode.name!r} has no pre-trained init; use "
                          f"{', '.join(m for m in SELECTABLE if MODES[m].pretrained_init)}")
