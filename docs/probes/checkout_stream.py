@@ -64,24 +64,29 @@ def make_day(n: int, seed: int, date: str, events: Path, labels: Path) -> None:
             h.write(f"{sid},{kind}\n")
 
 
-@functools.cache  # each day's labels are read once, however many runs are measured
-def _labels(folder: Path, d: int) -> dict[str, str]:
-    return {r["order"]: r["kind"] for r in csv.DictReader((folder / f"k{d}.csv").open())}
+@functools.cache  # each day's kinds are read once, however many runs are measured
+def _kinds(folder: Path, d: int, id_field: str) -> dict[str, str]:
+    return {r[id_field]: r["kind"] for r in csv.DictReader((folder / f"k{d}.csv").open())}
 
 
 @functools.cache
-def _counts(folder: Path, d: int) -> dict[str, collections.Counter]:
+def _counts(folder: Path, d: int, id_field: str) -> dict[str, collections.Counter]:
+    """Per sequence, the counts of each ``event`` and each ``status`` (where events have one)."""
     out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for line in (folder / f"d{d}.jsonl").open():
         e = json.loads(line)
-        c = out[e["order"]]
+        c = out[e[id_field]]
         c[f"event={e['event']}"] += 1
         if "status" in e:
             c[f"status={e['status']}"] += 1
     return out
 
 
-def measure(folder: Path, runs: dict[str, str]) -> None:
+def measure(folder: Path, runs: dict[str, str], days=DAYS, kinds=KINDS, id_field: str = "order",
+            positive: str = "fraud") -> None:
+    """Each run's figures on days 2 and 3 (``kinds[0]`` is the normal kind; a sequence is flagged
+    when its predicted label is ``positive``, or ``anomaly`` for an anomaly task), then counts LR
+    and flag-all; also serves docs/probes/sensor_stream.py, whose events have the same shape."""
     import numpy as np
     import polars as pl
     from sklearn.linear_model import LogisticRegression
@@ -89,27 +94,28 @@ def measure(folder: Path, runs: dict[str, str]) -> None:
 
     for name, path in runs.items():
         for d in (2, 3):
-            p = pl.read_parquet(folder / path / f"date={DAYS[d - 1][1]}" / "part-0.parquet")
-            kinds = np.array([_labels(folder, d)[s] for s in p["sequence_id"]])
-            y = kinds != "legit"
-            flagged = np.array([label in ("fraud", "anomaly") for label in p["label"]])
-            by_kind = " | ".join(f"{flagged[kinds == k].sum()} of {(kinds == k).sum()}" for k in KINDS[1:])
+            p = pl.read_parquet(folder / path / f"date={days[d - 1][1]}" / "part-0.parquet")
+            kind = np.array([_kinds(folder, d, id_field)[s] for s in p["sequence_id"]])
+            y = kind != kinds[0]
+            flagged = np.array([label in (positive, "anomaly") for label in p["label"]])
+            by_kind = " | ".join(f"{flagged[kind == k].sum()} of {(kind == k).sum()}" for k in kinds[1:])
             print(f"| {name} | {d} | {roc_auc_score(y, p['score']):.3f} | {average_precision_score(y, p['score']):.3f} | "
                   f"{f1_score(y, flagged):.3f} | {flagged.mean():.1%} | {by_kind} |")
-    keys = sorted({k for d in (1, 2, 3) for c in _counts(folder, d).values() for k in c})
+    keys = sorted({k for d in (1, 2, 3) for c in _counts(folder, d, id_field).values() for k in c})
 
     def table(d: int):
-        counts, kinds = _counts(folder, d), _labels(folder, d)
+        counts, kind = _counts(folder, d, id_field), _kinds(folder, d, id_field)
         return (np.array([[counts[s][k] for k in keys] for s in sorted(counts)]),
-                np.array([kinds[s] != "legit" for s in sorted(counts)]))
+                np.array([kind[s] != kinds[0] for s in sorted(counts)]))
 
     lr = LogisticRegression(max_iter=2000).fit(*table(1))
+    blanks = " |" * len(kinds[1:])
     for d in (2, 3):
         X, y = table(d)
         p = lr.predict_proba(X)[:, 1]
         print(f"| counts LR (event and status counts, fitted on day 1) | {d} | {roc_auc_score(y, p):.3f} | "
-              f"{average_precision_score(y, p):.3f} | {f1_score(y, p > 0.5):.3f} (at 0.5) | {(p > 0.5).mean():.1%} | | | |")
-        print(f"| flag all | {d} | | | {f1_score(y, np.ones_like(y)):.3f} | 100% | | | |")
+              f"{average_precision_score(y, p):.3f} | {f1_score(y, p > 0.5):.3f} (at 0.5) | {(p > 0.5).mean():.1%} |{blanks}")
+        print(f"| flag all | {d} | | | {f1_score(y, np.ones_like(y)):.3f} | 100% |{blanks}")
 
 
 if __name__ == "__main__":

@@ -16,9 +16,6 @@ with labels (``l1.csv`` ...): ``fault`` for three kinds, each about 3 %, else ``
     python docs/probes/sensor_stream.py make DIR
     python docs/probes/sensor_stream.py measure DIR "binary, defaults=work/predictions/faults" ...
 """
-import collections
-import csv
-import functools
 import json
 import random
 import sys
@@ -60,52 +57,6 @@ def make_day(n: int, seed: int, date: str, events: Path, labels: Path) -> None:
             h.write(f"{sid},{kind}\n")
 
 
-@functools.cache  # each day's labels are read once, however many runs are measured
-def _labels(folder: Path, d: int) -> dict[str, str]:
-    return {r["device_hour"]: r["kind"] for r in csv.DictReader((folder / f"k{d}.csv").open())}
-
-
-@functools.cache
-def _counts(folder: Path, d: int) -> dict[str, collections.Counter]:
-    out: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for line in (folder / f"d{d}.jsonl").open():
-        e = json.loads(line)
-        c = out[e["device_hour"]]
-        c[f"event={e['event']}"] += 1
-    return out
-
-
-def measure(folder: Path, runs: dict[str, str]) -> None:
-    import numpy as np
-    import polars as pl
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
-
-    for name, path in runs.items():
-        for d in (2, 3):
-            p = pl.read_parquet(folder / path / f"date={DAYS[d - 1][1]}" / "part-0.parquet")
-            kinds = np.array([_labels(folder, d)[s] for s in p["sequence_id"]])
-            y = kinds != "ok"
-            flagged = np.array([label in ("fault", "anomaly") for label in p["label"]])
-            by_kind = " | ".join(f"{flagged[kinds == k].sum()} of {(kinds == k).sum()}" for k in KINDS[1:])
-            print(f"| {name} | {d} | {roc_auc_score(y, p['score']):.3f} | {average_precision_score(y, p['score']):.3f} | "
-                  f"{f1_score(y, flagged):.3f} | {flagged.mean():.1%} | {by_kind} |")
-    keys = sorted({k for d in (1, 2, 3) for c in _counts(folder, d).values() for k in c})
-
-    def table(d: int):
-        counts, kinds = _counts(folder, d), _labels(folder, d)
-        return (np.array([[counts[s][k] for k in keys] for s in sorted(counts)]),
-                np.array([kinds[s] != "ok" for s in sorted(counts)]))
-
-    lr = LogisticRegression(max_iter=2000).fit(*table(1))
-    for d in (2, 3):
-        X, y = table(d)
-        p = lr.predict_proba(X)[:, 1]
-        print(f"| counts LR (event counts, fitted on day 1) | {d} | {roc_auc_score(y, p):.3f} | "
-              f"{average_precision_score(y, p):.3f} | {f1_score(y, p > 0.5):.3f} (at 0.5) | {(p > 0.5).mean():.1%} | | | |")
-        print(f"| flag all | {d} | | | {f1_score(y, np.ones_like(y)):.3f} | 100% | | | |")
-
-
 if __name__ == "__main__":
     command, where = sys.argv[1], Path(sys.argv[2])
     if command == "make":
@@ -113,4 +64,5 @@ if __name__ == "__main__":
         for i, (n, date) in enumerate(DAYS):
             make_day(n, 300 + i, date, where / f"d{i + 1}.jsonl", where / f"l{i + 1}.csv")
     else:
-        measure(where, dict(arg.split("=", 1) for arg in sys.argv[3:]))
+        from checkout_stream import measure  # the same measures (docs/probes, run as a script)
+        measure(where, dict(arg.split("=", 1) for arg in sys.argv[3:]), DAYS, KINDS, "device_hour", "fault")
