@@ -31,37 +31,57 @@ DAYS = [(900, "2026-06-01"), (500, "2026-06-02"), (400, "2026-06-03")]
 KINDS = ["legit", "testing", "tamper", "bulk"]
 
 
-def make_day(n: int, seed: int, date: str, events: Path, labels: Path) -> None:
-    """``labels``: order,outcome (what seqenc reads); beside it ``k*.csv``: order,kind (measure only)."""
+def write_day(n: int, seed: int, date: str, events: Path, labels: Path, *, id_field: str, label_field: str,
+              kinds: list[str], positive: str, prefix: str, day_seconds: int, step, session) -> None:
+    """``n`` sequences of one day as JSON events (``session(rnd, kind)``: the event rows, each
+    ``step(rnd)`` after the last), their labels in ``labels`` (``id_field``,``label_field``: what
+    seqenc reads; ``kinds[0]`` or ``positive``) and their kinds beside it in ``k*.csv`` (measure
+    only); each kind but the first about 3 %. Also serves docs/probes/sensor_stream.py."""
     rnd = random.Random(seed)
     start = datetime.fromisoformat(date + "T00:00:00")
     with events.open("w") as f, labels.open("w") as g, labels.with_name("k" + labels.name[1:]).open("w") as h:
-        g.write("order,outcome\n")
-        h.write("order,kind\n")
+        g.write(f"{id_field},{label_field}\n")
+        h.write(f"{id_field},kind\n")
         for s in range(n):
-            sid = f"{date}-c{s:05d}"
-            kind = rnd.choices(KINDS, [0.91, 0.03, 0.03, 0.03])[0]
-            t = start + timedelta(seconds=rnd.randint(0, 86000))
-            items = [(round(rnd.uniform(2.0, 80.0), 2), rnd.randint(1, 3)) for _ in range(rnd.randint(1, 5))]
-            odd = rnd.randrange(len(items))
-            if kind == "tamper":
-                items[odd] = (round(rnd.uniform(0.01, 0.09), 2), items[odd][1])
-            if kind == "bulk":
-                items[odd] = (items[odd][0], rnd.randint(40, 90))
-            rows = [{"event": "open", "device": rnd.choice(["web", "ios", "android"])}]
-            rows += [{"event": "item", "sku": f"SKU-{rnd.randint(100, 999)}", "price": f"{p:.2f}", "qty": q}
-                     for p, q in items]
-            if kind == "testing":
-                rows += [{"event": "pay", "amount": f"{rnd.uniform(0.5, 1.99):.2f}", "status": "declined"}
-                         for _ in range(rnd.randint(5, 12))]
-            amount = sum(p * q for p, q in items)
-            rows += [{"event": "pay", "amount": f"{amount:.2f}", "status": rnd.choice(["ok"] * 19 + ["declined"])},
-                     {"event": "close"}]
-            for row in rows:
-                t += timedelta(milliseconds=rnd.randint(200, 20000))
-                f.write(json.dumps({"order": sid, "at": t.isoformat(), **row}) + "\n")
-            g.write(f"{sid},{'legit' if kind == 'legit' else 'fraud'}\n")
+            sid = f"{date}-{prefix}{s:05d}"
+            kind = rnd.choices(kinds, [0.91, 0.03, 0.03, 0.03])[0]
+            t = start + timedelta(seconds=rnd.randint(0, day_seconds))
+            for row in session(rnd, kind):
+                t += step(rnd)
+                f.write(json.dumps({id_field: sid, "at": t.isoformat(), **row}) + "\n")
+            g.write(f"{sid},{kinds[0] if kind == kinds[0] else positive}\n")
             h.write(f"{sid},{kind}\n")
+
+
+def make(where: Path, days, seed: int, **stream) -> None:
+    """Every day of ``days`` into ``where`` (``d1.jsonl``, ``l1.csv``, ``k1.csv``, ...), seeds ``seed``, ``seed + 1``, ..."""
+    where.mkdir(parents=True, exist_ok=True)
+    for i, (n, date) in enumerate(days):
+        write_day(n, seed + i, date, where / f"d{i + 1}.jsonl", where / f"l{i + 1}.csv", **stream)
+
+
+def checkout(rnd: random.Random, kind: str) -> list[dict]:
+    """One checkout's events: open, 1-5 items, (card testing: 5-12 declined micro-payments), pay, close."""
+    items = [(round(rnd.uniform(2.0, 80.0), 2), rnd.randint(1, 3)) for _ in range(rnd.randint(1, 5))]
+    odd = rnd.randrange(len(items))
+    if kind == "tamper":
+        items[odd] = (round(rnd.uniform(0.01, 0.09), 2), items[odd][1])
+    if kind == "bulk":
+        items[odd] = (items[odd][0], rnd.randint(40, 90))
+    rows = [{"event": "open", "device": rnd.choice(["web", "ios", "android"])}]
+    rows += [{"event": "item", "sku": f"SKU-{rnd.randint(100, 999)}", "price": f"{p:.2f}", "qty": q}
+             for p, q in items]
+    if kind == "testing":
+        rows += [{"event": "pay", "amount": f"{rnd.uniform(0.5, 1.99):.2f}", "status": "declined"}
+                 for _ in range(rnd.randint(5, 12))]
+    amount = sum(p * q for p, q in items)
+    return rows + [{"event": "pay", "amount": f"{amount:.2f}", "status": rnd.choice(["ok"] * 19 + ["declined"])},
+                   {"event": "close"}]
+
+
+STREAM = {"id_field": "order", "label_field": "outcome", "kinds": KINDS, "positive": "fraud", "prefix": "c",
+          "day_seconds": 86000, "step": lambda rnd: timedelta(milliseconds=rnd.randint(200, 20000)),
+          "session": checkout}
 
 
 @functools.cache  # each day's kinds are read once, however many runs are measured
@@ -121,8 +141,6 @@ def measure(folder: Path, runs: dict[str, str], days=DAYS, kinds=KINDS, id_field
 if __name__ == "__main__":
     command, where = sys.argv[1], Path(sys.argv[2])
     if command == "make":
-        where.mkdir(parents=True, exist_ok=True)
-        for i, (n, date) in enumerate(DAYS):
-            make_day(n, 200 + i, date, where / f"d{i + 1}.jsonl", where / f"l{i + 1}.csv")
+        make(where, DAYS, 200, **STREAM)
     else:
         measure(where, dict(arg.split("=", 1) for arg in sys.argv[3:]))

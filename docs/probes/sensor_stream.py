@@ -16,53 +16,42 @@ with labels (``l1.csv`` ...): ``fault`` for three kinds, each about 3 %, else ``
     python docs/probes/sensor_stream.py make DIR
     python docs/probes/sensor_stream.py measure DIR "binary, defaults=work/predictions/faults" ...
 """
-import json
 import random
 import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 DAYS = [(900, "2026-07-01"), (500, "2026-07-02"), (400, "2026-07-03")]
 KINDS = ["ok", "unit", "brownout", "reboots"]
 
 
-def make_day(n: int, seed: int, date: str, events: Path, labels: Path) -> None:
-    """``labels``: device_hour,state (what seqenc reads); beside it ``k*.csv``: device_hour,kind (measure only)."""
-    rnd = random.Random(seed)
-    start = datetime.fromisoformat(date + "T00:00:00")
-    with events.open("w") as f, labels.open("w") as g, labels.with_name("k" + labels.name[1:]).open("w") as h:
-        g.write("device_hour,state\n")
-        h.write("device_hour,kind\n")
-        for s in range(n):
-            sid = f"{date}-dev{s:05d}"
-            kind = rnd.choices(KINDS, [0.91, 0.03, 0.03, 0.03])[0]
-            t = start + timedelta(seconds=rnd.randint(0, 82000))
-            n_read = rnd.randint(6, 12)
-            rows = [{"event": "boot", "fw": rnd.choice(["1.4.2", "1.4.3"])}] if rnd.random() < 0.2 else []
-            kelvin = set(rnd.sample(range(n_read), rnd.randint(1, 3))) if kind == "unit" else set()
-            low = n_read - rnd.randint(2, 4) if kind == "brownout" else n_read
-            battery = rnd.uniform(3500, 4200)
-            for r in range(n_read):
-                battery -= rnd.uniform(0, 8)
-                temp = rnd.uniform(290.0, 300.0) if r in kelvin else rnd.uniform(17.0, 27.0)
-                mv = rnd.uniform(2000, 3000) if r >= low else battery
-                rows.append({"event": "reading", "temp_c": f"{temp:.1f}", "humidity": rnd.randint(30, 65),
-                             "battery_mv": int(mv), "rssi": rnd.randint(-95, -40)})
-                if kind == "reboots" and r % 2 == 1 and sum(x["event"] == "boot" for x in rows) < 8:
-                    rows.append({"event": "boot", "fw": rnd.choice(["1.4.2", "1.4.3"])})
-            for row in rows:
-                t += timedelta(seconds=rnd.randint(240, 360))
-                f.write(json.dumps({"device_hour": sid, "at": t.isoformat(), **row}) + "\n")
-            g.write(f"{sid},{'ok' if kind == 'ok' else 'fault'}\n")
-            h.write(f"{sid},{kind}\n")
+def device_hour(rnd: random.Random, kind: str) -> list[dict]:
+    """One device-hour's events: a boot or not, 6-12 readings (and a fault's kind)."""
+    n_read = rnd.randint(6, 12)
+    rows = [{"event": "boot", "fw": rnd.choice(["1.4.2", "1.4.3"])}] if rnd.random() < 0.2 else []
+    kelvin = set(rnd.sample(range(n_read), rnd.randint(1, 3))) if kind == "unit" else set()
+    low = n_read - rnd.randint(2, 4) if kind == "brownout" else n_read
+    battery = rnd.uniform(3500, 4200)
+    for r in range(n_read):
+        battery -= rnd.uniform(0, 8)
+        temp = rnd.uniform(290.0, 300.0) if r in kelvin else rnd.uniform(17.0, 27.0)
+        mv = rnd.uniform(2000, 3000) if r >= low else battery
+        rows.append({"event": "reading", "temp_c": f"{temp:.1f}", "humidity": rnd.randint(30, 65),
+                     "battery_mv": int(mv), "rssi": rnd.randint(-95, -40)})
+        if kind == "reboots" and r % 2 == 1 and sum(x["event"] == "boot" for x in rows) < 8:
+            rows.append({"event": "boot", "fw": rnd.choice(["1.4.2", "1.4.3"])})
+    return rows
+
+
+STREAM = {"id_field": "device_hour", "label_field": "state", "kinds": KINDS, "positive": "fault", "prefix": "dev",
+          "day_seconds": 82000, "step": lambda rnd: timedelta(seconds=rnd.randint(240, 360)), "session": device_hour}
 
 
 if __name__ == "__main__":
+    from checkout_stream import make, measure  # one writer and one measure (docs/probes, run as a script)
+
     command, where = sys.argv[1], Path(sys.argv[2])
     if command == "make":
-        where.mkdir(parents=True, exist_ok=True)
-        for i, (n, date) in enumerate(DAYS):
-            make_day(n, 300 + i, date, where / f"d{i + 1}.jsonl", where / f"l{i + 1}.csv")
+        make(where, DAYS, 300, **STREAM)
     else:
-        from checkout_stream import measure  # the same measures (docs/probes, run as a script)
         measure(where, dict(arg.split("=", 1) for arg in sys.argv[3:]), DAYS, KINDS, "device_hour", "fault")
