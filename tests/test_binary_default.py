@@ -95,29 +95,77 @@ def _train(tmp_path: Path, in_values: bool, preset: list[str]) -> tuple[Path, fl
 
 
 class _Finished:
-    """The state choose_surprise reads of a trained InterleavedTrainer: a fitted scorer, and dev F1
-    with and without it (what evaluate() returns for the model's scores)."""
+    """The state choose_surprise reads of a trained InterleavedTrainer: a fitted scorer, the dev
+    labels, and the dev scores with and without it (what split_probabilities returns)."""
+
+    from training.engine.trainer import InterleavedTrainer
 
     task, step = "binary", 7
+    dev_choice_figure = InterleavedTrainer.dev_choice_figure
+    threshold_pivot = InterleavedTrainer.threshold_pivot
+    evaluate = InterleavedTrainer.evaluate
 
-    def __init__(self, with_it: float, without: float):
-        self.surprise, self.f1, self.logged = "scorer", {True: with_it, False: without}, {}
+    def __init__(self, y, with_it, without):
+        from training.engine.trainer import TrainConfig
 
-    def evaluate(self, splits):
-        return {"dev": {"f1": self.f1[self.surprise is not None]}}
+        self.cfg, self.y, self.splits = TrainConfig(), np.asarray(y), {"dev": np.arange(len(y))}
+        self.surprise, self.p, self.logged = "scorer", {True: np.asarray(with_it), False: np.asarray(without)}, {}
+
+    def split_probabilities(self, splits):
+        p = self.p[self.surprise is not None]
+        return np.stack([1 - p, p], axis=1)
 
     def log_metrics(self, metrics, step):
         self.logged = metrics
 
 
-@pytest.mark.parametrize("with_it, without, kept", [(0.9, 0.6, True), (0.8, 0.8, False), (0.7, 0.95, False)])
-def test_dev_decides_whether_the_surprise_stays(with_it, without, kept):
+def _dev_scores(seed: int, separation: float, n_pos: int = 30, n_neg: int = 300, squeeze: bool = False):
+    rng = np.random.default_rng(seed)
+    logits = np.concatenate([rng.normal(separation, 1.0, n_pos), rng.normal(0.0, 1.0, n_neg)])
+    p = 1 / (1 + np.exp(-(logits - 2)))
+    return 0.5 + 0.5 * p if squeeze else p  # squeeze: a combined score, 0.5 or more everywhere
+
+
+@pytest.mark.parametrize("with_sep, without_sep, kept", [(5.0, 1.0, True), (1.0, 5.0, False)],
+                         ids=["surprise_separates", "ka_separates"])
+def test_dev_decides_whether_the_surprise_stays(with_sep, without_sep, kept):
+    """The cross-validated dev F1 of the rule decides (training.tasks.thresholds.cv_f1), the
+    combined score at its own pivot (None: it has no 0.5 of its own), the KA's at 0.5."""
+    from training.engine.trainer import InterleavedTrainer
+    from training.tasks.thresholds import cv_f1
+
+    y = np.r_[np.ones(30, int), np.zeros(300, int)]
+    with_it, without = _dev_scores(2, with_sep, squeeze=True), _dev_scores(1, without_sep)
+    trainer = _Finished(y, with_it, without)
+    InterleavedTrainer.choose_surprise(trainer)
+    assert (trainer.surprise is not None) == kept
+    assert trainer.logged == {"surprise/dev_with": cv_f1("one_se", y, with_it, pivot=None),
+                              "surprise/dev_without": cv_f1("one_se", y, without), "surprise/kept": float(kept)}
+
+
+def test_a_tie_keeps_the_ka_alone():
     from training.engine.trainer import InterleavedTrainer
 
-    trainer = _Finished(with_it, without)
+    class Level(_Finished):
+        def dev_choice_figure(self):
+            return 0.8
+
+    trainer = Level(np.r_[1, 1, 0, 0], [0.9] * 4, [0.9] * 4)
     InterleavedTrainer.choose_surprise(trainer)
-    assert (trainer.surprise is not None) == kept  # a tie keeps the KA alone, the paper's score
-    assert trainer.logged == {"surprise/dev_with": with_it, "surprise/dev_without": without, "surprise/kept": float(kept)}
+    assert trainer.surprise is None and trainer.logged["surprise/kept"] == 0.0
+
+
+def test_a_dev_without_two_positives_decides_in_sample():
+    """cv_f1 needs 2 positives (one per half): with one, the dev F1 at the rule's threshold decides."""
+    from training.engine.trainer import InterleavedTrainer
+
+    y = np.r_[1, np.zeros(50, int)]
+    without = np.r_[0.3, np.linspace(0.01, 0.6, 50)]  # the positive under 20 negatives: F1 < 1
+    with_it = np.r_[0.99, np.linspace(0.5, 0.7, 50)]  # the positive on top: dev F1 1.0
+    trainer = _Finished(y, with_it, without)
+    InterleavedTrainer.choose_surprise(trainer)
+    assert trainer.surprise is not None and trainer.logged["surprise/dev_with"] == 1.0
+    assert trainer.logged["surprise/dev_without"] < 1.0
 
 
 @pytest.mark.parametrize("in_values", [True, False], ids=["fraud_in_values", "fraud_in_events"])
@@ -130,7 +178,7 @@ def test_a_binary_task_trains_with_the_defaults_and_dev_decides(tmp_path, in_val
     config = json.loads((bundle / "config.json").read_text())
     assert config["surprise_scoring"] and config["value_links"] and config["numeric_bins"] == 16
     assert config["numeric_gap_cuts"] == 2
-    said = re.search(r"surprise scoring (kept|dropped): dev f1 ([0-9.]+) with it, ([0-9.]+) with the KA alone",
+    said = re.search(r"surprise scoring (kept|dropped): cross-validated dev f1 ([0-9.]+) with it, ([0-9.]+) with the KA alone",
                      caplog.text)
     assert said, "the trainer says what dev decided"
     assert (said[1] == "kept") == (float(said[2]) > float(said[3])) == bool(meta.get("surprise"))

@@ -57,6 +57,26 @@ def test_one_se_follows_the_best_on_a_large_dev():
     assert f1_score(y, p >= 0.5) < f_chosen - 0.1
 
 
+def test_a_score_without_a_decision_of_its_own_takes_the_band_median():
+    """A combined surprise score lies at 0.5 or above for nearly every sequence. Pivoting at 0.5
+    took the band's lowest threshold -- the most flags the band allows; with no pivot (None) the
+    rule takes the band's median threshold: above the lowest, at or below the best's cliff, its
+    dev F1 inside the band. best_f1 and half ignore the pivot."""
+    y, p = _scores(30, 400, seed=3, separation=3.5)
+    p = 0.5 + 0.5 * p  # every score at 0.5 or above: 0.5 flags all
+    lowest, median, best = one_se(y, p), one_se(y, p, pivot=None), best_f1(y, p)
+    assert f1_score(y, p >= 0.5) < 0.2
+    assert lowest < median <= best
+    assert (p >= median).sum() < (p >= lowest).sum()
+    f_best = f1_score(y, p >= best)
+    adjusted = (f_best * 30 + 2) / 34
+    assert f1_score(y, p >= median) >= f_best - np.sqrt(adjusted * (1 - adjusted) / 34) - 1e-12
+    assert fit_threshold("one_se", y, p, None) == median
+    assert best_f1(y, p, None) == best and fit_threshold("half", y, p, None) == 0.5
+    fields = rule_fields(y, p, y, p, pivot=None)
+    assert fields["f1_one_se"] == pytest.approx(f1_score(y, p >= median))
+
+
 def test_rules_registry_and_config():
     assert set(THRESHOLD_RULES) == {"best_f1", "one_se", "half"}
     assert fit_threshold("half", np.array([0, 1]), np.array([0.2, 0.9])) == 0.5

@@ -189,7 +189,7 @@ def _train_mode(mode: str, ds: LabelledDataset, tok, data, y, splits, sizes: dic
         trainer = InterleavedTrainer(model, tok, data, y, splits, cfg, workdir / mode, progress=progress)
     final = trainer.fit()
     seconds = {"seconds": round(time.time() - t0, 1)}
-    test, dev = _with_ranking(final, y, splits, ds.task)
+    test, dev = _with_ranking(final, y, splits, ds.task, trainer.threshold_pivot())
     rows = {mode: _row(test, ds.task, dev) | seconds}
     if also_plain:
         trainer.surprise = None  # probabilities() is the KA's again
@@ -199,14 +199,15 @@ def _train_mode(mode: str, ds: LabelledDataset, tok, data, y, splits, sizes: dic
     return rows
 
 
-def _with_ranking(final: dict, y, splits, task: str) -> tuple[dict, dict]:
+def _with_ranking(final: dict, y, splits, task: str, pivot: float | None = 0.5) -> tuple[dict, dict]:
     """(test, dev) metrics of a trainer's evaluation, binary ones with the threshold-free
-    figures (training.tasks.metrics.binary_ranking) from its probabilities."""
+    figures (training.tasks.metrics.binary_ranking) from its probabilities; ``pivot``: the
+    trainer's (training.tasks.thresholds.fit_threshold)."""
     if task != "binary":
         return final["test"], final["dev"]
     test, dev = (final[s] | binary_ranking(y[splits[s]], final["probs"][splits[s], 1]) for s in ("test", "dev"))
     p = final["probs"][:, 1]  # every threshold rule's dev figure and test F1 (training.tasks.thresholds)
-    return test | rule_fields(y[splits["dev"]], p[splits["dev"]], y[splits["test"]], p[splits["test"]]), dev
+    return test | rule_fields(y[splits["dev"]], p[splits["dev"]], y[splits["test"]], p[splits["test"]], pivot), dev
 
 
 def _unlabelled_parts(mode: str) -> tuple[bool, str] | None:

@@ -146,13 +146,18 @@ class PhasedTrainer:
         probs = self.split_probabilities(splits)
         dev = self.splits["dev"]
         if self.task == "binary" and threshold is None:
-            threshold = fit_threshold(self.cfg.threshold_rule, self.y[dev], probs[dev, 1])
+            threshold = fit_threshold(self.cfg.threshold_rule, self.y[dev], probs[dev, 1], self.threshold_pivot())
         threshold = 0.5 if threshold is None else threshold
         out = {"threshold": threshold, "probs": probs}
         for split in splits:
             idx = self.splits[split]
             out[split] = split_metrics(self.y[idx], probs[idx], self.task, threshold)
         return out
+
+    def threshold_pivot(self) -> float | None:
+        """The score's own decision, where a threshold rule pivots (training.tasks.thresholds):
+        0.5 for a model's probability; a subclass whose score has none returns None."""
+        return 0.5
 
     def split_probabilities(self, splits: tuple[str, ...]) -> np.ndarray:
         """[n_sequences, n_outputs] probabilities, read at the rows of ``splits``: every row here;
