@@ -76,7 +76,8 @@ class _Strict(BaseModel):
 class Threshold(_Strict):
     """How a binary or anomaly task turns scores into flags. Binary, a rule fitted on the
     labelled dev sequences (training.tasks.thresholds): ``best_f1`` the threshold with the best dev F1,
-    ``one_se`` the one nearest 0.5 within one standard error of it (binary's default), ``half`` 0.5;
+    ``one_se`` the one nearest 0.5 within one standard error of it (binary's default; a score
+    combined with the surprise, which has no 0.5 of its own, takes that band's median), ``half`` 0.5;
     anomaly: ``contamination``: flag the top ``share`` of the reference (dev) sequences' scores
     (anomaly's default, share 0.05);
     ``quantile``: flag above the ``q``-quantile of the reference scores (a clean reference
