@@ -77,6 +77,19 @@ def test_a_score_without_a_decision_of_its_own_takes_the_band_median():
     assert fields["f1_one_se"] == pytest.approx(f1_score(y, p >= median))
 
 
+def test_a_dev_without_positives_keeps_the_decision_or_flags_only_above_dev():
+    """No dev positive, no F1 to read: a probability keeps its own 0.5; a combined surprise score
+    (no decision of its own, nearly everything at 0.5 or above) flags only what scores above
+    every dev sequence, where 0.5 would flag them all."""
+    y = np.zeros(200, int)
+    p = 0.5 + 0.5 * np.random.default_rng(0).random(200)
+    assert one_se(y, p) == 0.5 and best_f1(y, p) == 0.5
+    for rule in ("one_se", "best_f1"):
+        cut = fit_threshold(rule, y, p, None)
+        assert (p >= cut).sum() == 0 and cut == pytest.approx(p.max())
+        assert np.array([p.max() * 1.001]) >= cut
+
+
 def test_rules_registry_and_config():
     assert set(THRESHOLD_RULES) == {"best_f1", "one_se", "half"}
     assert fit_threshold("half", np.array([0, 1]), np.array([0.2, 0.9])) == 0.5

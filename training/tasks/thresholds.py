@@ -23,6 +23,9 @@ list them from here):
   cliff without sliding to the band's low end, where most normal sequences sit;
 * ``half``: 0.5, the model's own decision, nothing fitted.
 
+A dev without positives gives no F1 curve: ``best_f1`` and ``one_se`` keep the pivot there, and a
+score without one flags only what scores above every (negative) dev sequence.
+
 :func:`cv_f1` compares rules on dev alone: dev is cut in two halves (stratified), a rule is
 fitted on one and scored on the other, both ways, over ``CV_REPEATS`` cuts. The default rule is
 the one with the best mean of that figure on the bench's dev splits (docs/training.md,
@@ -47,10 +50,20 @@ def _f1_curve(y: np.ndarray, p_pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return thresholds, f1[:-1]  # the curve's last point has no threshold
 
 
+def _without_positives(p_pos: np.ndarray, pivot: float | None) -> float:
+    """The threshold when dev holds no positive, so no F1 can be read: the score's own decision
+    (``pivot``); a score without one (``pivot`` None, a combined surprise score at 0.5 or more
+    for nearly every sequence) flags only what scores above every dev sequence, all of them
+    negatives -- 0.5 there would flag nearly everything."""
+    if pivot is not None or len(p_pos) == 0:
+        return 0.5 if pivot is None else pivot
+    return float(np.nextafter(np.max(p_pos), np.inf))
+
+
 def best_f1(y: np.ndarray, p_pos: np.ndarray, pivot: float | None = 0.5) -> float:
     """The threshold on P(positive) with the highest F1 (ties: the highest threshold)."""
     if y.sum() == 0:
-        return 0.5
+        return _without_positives(np.asarray(p_pos, dtype=np.float64), pivot)
     thresholds, f1 = _f1_curve(y, p_pos)
     return float(thresholds[np.flatnonzero(f1 == f1.max())[-1]])
 
@@ -67,7 +80,7 @@ def one_se(y: np.ndarray, p_pos: np.ndarray, pivot: float | None = 0.5) -> float
     y, p_pos = np.asarray(y), np.asarray(p_pos, dtype=np.float64)
     n_pos = int(y.sum())
     if n_pos == 0:
-        return 0.5
+        return _without_positives(p_pos, pivot)
     thresholds, f1 = _f1_curve(y, p_pos)
     best = float(f1.max())
     adjusted = (best * n_pos + 2.0) / (n_pos + 4.0)  # Agresti-Coull: a perfect F1 keeps an error
