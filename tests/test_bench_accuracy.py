@@ -118,15 +118,22 @@ def test_bench_accuracy_over_seeds_reports_mean_std_and_each_seed(tmp_path):
     assert json.loads(paths[0].read_text())["milestone"]["interleaved"]["per_seed"]["0"]["macro_f1"] is not None
 
 
-def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path):
+def test_bench_scores_one_training_with_and_without_the_surprise(tmp_path, caplog):
     """``--modes interleaved,interleaved+surprise`` trains once: the plain row is the one a
-    separate ``interleaved`` training gives (same seed), and only one run folder is made."""
+    separate ``interleaved`` training gives (same seed), and only one run folder is made; both
+    rows are logged as each seed ends (a long run stopped early keeps them)."""
+    import logging
+
     from training.bench.accuracy import bench_accuracy
+
+    caplog.set_level(logging.INFO, logger="training.bench.accuracy")
 
     data = require()
     args = {"datasets": ["hdfs"], "size": "tiny", "limits": {"hdfs": 40}, "progress": False,
             "config": {"train": {"pretrain_steps": 4, "rounds": 1, "tvm_steps_per_round": 4}}}
     both, _ = bench_accuracy(data, tmp_path / "both", modes=["interleaved", "interleaved+surprise"], **args)
+    logged = [r.getMessage().split(":")[0] for r in caplog.records if r.name == "training.bench.accuracy"]
+    assert "hdfs interleaved" in logged and "hdfs interleaved+surprise" in logged
     plain, _ = bench_accuracy(data, tmp_path / "plain", modes=["interleaved"], **args)
     assert list(both["hdfs"]) == ["interleaved", "interleaved+surprise", "count_lr", "count_lr_values", "count_pca",
                                   "iforest", "lof", "ocsvm", "always_positive"]

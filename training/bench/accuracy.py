@@ -356,9 +356,11 @@ def bench_dataset(ds: LabelledDataset, modes, sizes: dict, seed: int, workdir: P
         if variant == "" and f"{mode}+surprise" in modes:
             continue  # scored from the +surprise mode's training
         log.info("%s: training %s", ds.name, mode)
-        rows |= _train_mode(mode, ds, tok, data, y, splits, sizes, seed, workdir, progress,
-                            also_plain=variant == "surprise" and base in modes)
-        log.info("%s %s: %s", ds.name, mode, rows[mode])
+        trained = _train_mode(mode, ds, tok, data, y, splits, sizes, seed, workdir, progress,
+                              also_plain=variant == "surprise" and base in modes)
+        for name, row in trained.items():  # the KA-alone row of a +surprise training too
+            log.info("%s %s: %s", ds.name, name, row)
+        rows |= trained
     out = {mode: rows[mode] for mode in modes}
     for name, counted in (("count_lr", ds), ("count_lr_values", value_count_dataset(ds))):
         t0 = time.time()
