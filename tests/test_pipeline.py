@@ -6,6 +6,7 @@ from pathlib import Path
 import mlflow
 import polars as pl
 import pytest
+import torch
 
 from parsers import storage
 from seqenc.config import VALUE_COUNT_BUCKETS
@@ -128,6 +129,7 @@ def test_mlflow_store_holds_runs_params_metrics_and_artifacts(demo):
         assert evaluation in artifacts and "plots/losses.png" in artifacts
         assert {"plots/metrics.json", "plots/train_config.json"} <= artifacts
         assert run.data.tags["git_commit"] and len(run.data.tags["dataset_fingerprint"]) == 16
+        assert run.data.tags["torch_threads"] == str(torch.get_num_threads()) == str(summary["torch_threads"])
         # artifacts live beside the store, not in the current directory
         assert str(out) in run.info.artifact_uri
         versions = client.search_model_versions(f"name = 'seqenc-{task}'")

@@ -485,7 +485,8 @@ def run_demo(out_dir: str, size: str = "demo", seed: int = 0, progress: bool = T
     ingest = {name: stage_ingest(str(out), name, files["path"], files["labels"], catalog=catalog)
               for name, files in raw.items()}
     summary = {"metrics": {}, "floors": {}, "baselines": {}, "history_baselines": {}, "run_ids": [], "predictions": [],
-               "ingest": {}, "test_metrics_from_predictions": {}}
+               "ingest": {}, "test_metrics_from_predictions": {},
+               "seed": seed, "torch_threads": torch.get_num_threads()}  # a seed reproduces on the same thread count
     for task in specs_of(catalog):
         task_name = task.name
         if task.source not in ingest:

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import mlflow
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,9 @@ def run(out_dir: str | Path, run_name: str, params: dict, tags: dict | None = No
         return
     experiment_id = _experiment_id(out_dir, experiment)
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as active:
-        mlflow.set_tags({"git_commit": git_commit(), **(tags or {})})
+        # torch's thread count is part of a run's identity: the same seed gives bit-identical
+        # weights on the same count, and float sums in another order on another (docs/training.md)
+        mlflow.set_tags({"git_commit": git_commit(), "torch_threads": str(torch.get_num_threads()), **(tags or {})})
         mlflow.log_params({mlflow_key(k): str(v)[:500] for k, v in flatten(params).items()})
         yield active
 
