@@ -55,8 +55,10 @@ def _without_positives(p_pos: np.ndarray, pivot: float | None) -> float:
     (``pivot``); a score without one (``pivot`` None, a combined surprise score at 0.5 or more
     for nearly every sequence) flags only what scores above every dev sequence, all of them
     negatives -- 0.5 there would flag nearly everything."""
-    if pivot is not None or len(p_pos) == 0:
-        return 0.5 if pivot is None else pivot
+    if pivot is not None:
+        return pivot
+    if len(p_pos) == 0:
+        return 0.5
     return float(np.nextafter(np.max(p_pos), np.inf))
 
 
